@@ -1,0 +1,19 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_plan import (
+    fabric_plan_problems,
+    link_states,
+    ping_targets,
+)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "fabric_plan_problems": fabric_plan_problems,
+            "fabric_link_states": link_states,
+            "fabric_ping_targets": ping_targets,
+        }
