@@ -149,3 +149,13 @@ def ping_targets(hosts, hostvars, me):
             if position < len(theirs) and link.get("carrier") and theirs[position].get("carrier"):
                 targets.append({"peer": peer, "netdev": link["ifname"], "address": theirs[position]["address"]})
     return targets
+
+
+def counters_by_hca(results):
+    """Merge the C(counters) of C(roce_gid) loop results into C(hca/name) -> value."""
+    merged = {}
+    for result in results:
+        hca = (result.get("item") or {}).get("hca", "?")
+        for name, value in (result.get("counters") or {}).items():
+            merged["%s/%s" % (hca, name)] = value
+    return merged

@@ -5,15 +5,11 @@
 
 from __future__ import annotations
 
-import os
-
 import testinfra.utils.ansible_runner
 
-from helpers import group_vars, inventory_hosts
+from helpers import GROUP, INVENTORY, group_vars, inventory_hosts
 
-testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(
-    os.environ["MOLECULE_INVENTORY_FILE"]
-).get_hosts("dgxspark_cluster")
+testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(str(INVENTORY)).get_hosts(GROUP)
 
 
 def test_systemd_is_running(host):

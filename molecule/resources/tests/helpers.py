@@ -46,3 +46,32 @@ def node_state(host, command):
     return subprocess.run(
         ["docker", "exec", host, "sh", "-c", command], capture_output=True, text=True, check=True
     ).stdout
+
+
+def node_file_digests(hosts, paths):
+    """sha256 of each path on each node ('missing' when absent): the 'nothing
+    changed' evidence of a refused run."""
+    digests = {}
+    for host in hosts:
+        for path in paths:
+            result = subprocess.run(
+                ["docker", "exec", host, "sh", "-c", f"sha256sum {path} 2>/dev/null || echo missing"],
+                capture_output=True, text=True, check=True,
+            )
+            digests[(host, path)] = result.stdout.split()[0]
+    return digests
+
+
+def host_side_veth(host, netdev):
+    """Name of the host end of a node's veth: the switch port of the simulation."""
+    peer_index = node_state(host, f"cat /sys/class/net/{netdev}/iflink").strip()
+    for line in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout.splitlines():
+        index, name = line.split(":")[:2]
+        if index.strip() == peer_index:
+            return name.strip().split("@")[0]
+    raise LookupError(f"no host interface with index {peer_index} for {host}:{netdev}")
+
+
+def flat(output):
+    """Playbook output with line wrapping undone, for matching messages."""
+    return " ".join(output.split())

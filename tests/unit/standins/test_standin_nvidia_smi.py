@@ -9,11 +9,12 @@ print the same bytes.
 
 from __future__ import annotations
 
+from unit_support import FIXTURES as UNIT_FIXTURES, STANDINS
+
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -29,9 +30,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._gpu import (
     version_at_least,
 )
 
-ROOT = Path(__file__).resolve().parents[3]
-STANDIN = ROOT / "molecule" / "resources" / "standins" / "nvidia-smi"
-FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "gpu"
+STANDIN = STANDINS / "nvidia-smi"
+FIXTURES = UNIT_FIXTURES / "gpu"
 FORMATS = ("csv,noheader,nounits", "csv", "csv,nounits", "csv,noheader")
 
 

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from unit_support import FIXTURES as UNIT_FIXTURES
+
 from itertools import permutations
-from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -23,7 +24,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_report im
     render_markdown,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "fabric"
+FIXTURES = UNIT_FIXTURES / "fabric"
 HOSTS = ["spark1", "spark2", "spark3"]
 
 

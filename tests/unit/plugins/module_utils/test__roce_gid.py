@@ -5,15 +5,15 @@
 from __future__ import annotations
 
 import errno
-import importlib.util
 import json
 import os
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
+from unit_support import REPO_ROOT, load_cx7_standin
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _roce_gid
 from ansible_collections.dgxspark.cluster.plugins.module_utils._roce_gid import (
@@ -30,19 +30,10 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._roce_gid import 
     select_gid,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
-STANDIN_PATH = REPO_ROOT / "molecule" / "resources" / "standins" / "cx7_sysfs.py"
 ROCE_GID_SCRIPT = REPO_ROOT / "plugins" / "module_utils" / "_roce_gid.py"
 
 
-def _load_standin():
-    spec = importlib.util.spec_from_file_location("cx7_sysfs_standin", STANDIN_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cx7 = _load_standin()
+cx7 = load_cx7_standin()
 
 HCA = "rocep1s0f1"
 NETDEV = "enp1s0f1np1"
@@ -605,48 +596,20 @@ def test_cli_needs_an_address_or_a_netdev(node, capsys):
     assert "--address, --netdev or both" in capsys.readouterr().err
 
 
+def _run_script(*args):
+    """The resolver as the engine unit runs it: a bare interpreter, no Ansible."""
+    command = [sys.executable, "-I", "-S", str(ROCE_GID_SCRIPT), *args]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
 def test_script_runs_without_ansible_or_site_packages(node, tmp_path):
     root = node()
     env_file = tmp_path / "gid.env"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-S",
-            str(ROCE_GID_SCRIPT),
-            "--sysfs-root",
-            str(root),
-            "--hca",
-            HCA,
-            "--address",
-            FABRIC_IP,
-            "--write-env",
-            str(env_file),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    run = _run_script("--sysfs-root", str(root), "--hca", HCA, "--address", FABRIC_IP, "--write-env", str(env_file))
     assert (run.returncode, run.stdout, run.stderr) == (0, "3\n", "")
     assert env_file.read_text() == "NCCL_IB_GID_INDEX=3\n"
 
-    failing = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-S",
-            str(ROCE_GID_SCRIPT),
-            "--sysfs-root",
-            str(root),
-            "--hca",
-            HCA,
-            "--address",
-            "10.10.1.99",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    failing = _run_script("--sysfs-root", str(root), "--hca", HCA, "--address", "10.10.1.99")
     assert failing.returncode == 2
     assert "No GID carries address 10.10.1.99" in failing.stderr
 

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from unit_support import FIXTURES as UNIT_FIXTURES
+
 import json
 from itertools import permutations
-from pathlib import Path
 
 import pytest
 
@@ -24,7 +25,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_report im
     render_markdown,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "fabric"
+FIXTURES = UNIT_FIXTURES / "fabric"
 HOSTS = ["spark1", "spark2", "spark3", "spark4"]
 ALL_PAIRS = list(permutations(HOSTS, 2))
 

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from unit_support import FIXTURES as UNIT_FIXTURES
+
 import re
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._gpu import (
     version_at_least,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpu"
+FIXTURES = UNIT_FIXTURES / "gpu"
 
 # What the H200 capture (tests/unit/fixtures/gpu/h200-*) says, read off the files by eye.
 H200 = {

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from unit_support import FIXTURES as UNIT_FIXTURES, STANDINS
+
 
 import pytest
 from ansible.module_utils import basic
@@ -16,9 +17,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._gpu import (
 )
 from ansible_collections.dgxspark.cluster.plugins.modules import gpu_facts
 
-ROOT = Path(__file__).resolve().parents[4]
-FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "gpu"
-STANDIN = ROOT / "molecule" / "resources" / "standins" / "nvidia-smi"
+FIXTURES = UNIT_FIXTURES / "gpu"
+STANDIN = STANDINS / "nvidia-smi"
 H200_QUERY = (FIXTURES / "h200-query.csv").read_text(encoding="utf-8")
 GB10_LINE = (
     "0, GPU-3a1f07c2-5b8e-4d19-a6e0-7c2b9d41f5e8, NVIDIA GB10, 0000000F:01:00.0, 580.95.05, "

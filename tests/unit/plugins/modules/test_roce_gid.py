@@ -4,19 +4,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
+from unit_support import load_cx7_standin
+
 from ansible_collections.dgxspark.cluster.plugins.modules import roce_gid
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
-STANDIN_PATH = REPO_ROOT / "molecule" / "resources" / "standins" / "cx7_sysfs.py"
 
 HCA = "roceP2p1s0f1"
 NETDEV = "enP2p1s0f1np1"
@@ -24,14 +22,7 @@ MAC = "4c:bb:47:00:11:23"
 FABRIC_IP = "10.10.2.11"
 
 
-def _load_standin():
-    spec = importlib.util.spec_from_file_location("cx7_sysfs_standin", STANDIN_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cx7 = _load_standin()
+cx7 = load_cx7_standin()
 
 
 @pytest.fixture

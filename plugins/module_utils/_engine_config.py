@@ -1,0 +1,705 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The engine configuration: checks of the inventory, the vLLM command line
+of every rank, and its quoting for a systemd ExecStart= line.
+
+Every rank runs ``vllm serve <model>`` on its own node with the same engine
+settings; ranks above a replica's head add ``--headless``. The JSON
+arguments are rendered here, once, and quoted for systemd so that they reach
+vLLM exactly as rendered, with no shell in between.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import posixpath
+import re
+
+VARIABLE_PREFIX = "engine_service_"
+RANK_VARIABLE = "engine_service_rank"
+ADDRESS_VARIABLE = "roce_fabric_address"
+
+API_HOST = "0.0.0.0"
+MIN_PORT = 1
+MAX_PORT = 65535
+
+_DIGEST_PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+# Options rendered from a setting, in argv order after the parallel layout.
+# (setting, flag, kind): "value" renders "flag value", "json" renders compact
+# JSON, "switch" renders the flag or its --no- form.
+_TUNING_OPTIONS = (
+    ("max_model_len", "--max-model-len", "value"),
+    ("kv_cache_dtype", "--kv-cache-dtype", "value"),
+    ("block_size", "--block-size", "value"),
+    ("enable_prefix_caching", "--enable-prefix-caching", "switch"),
+    ("max_num_seqs", "--max-num-seqs", "value"),
+    ("max_num_batched_tokens", "--max-num-batched-tokens", "value"),
+    ("max_cudagraph_capture_size", "--max-cudagraph-capture-size", "value"),
+    ("compilation_config", "--compilation-config", "json"),
+    ("speculative_config", "--speculative-config", "json"),
+    ("attention_backend", "--attention-backend", "value"),
+    ("moe_backend", "--moe-backend", "value"),
+    ("gpu_memory_utilization", "--gpu-memory-utilization", "value"),
+    ("async_scheduling", "--async-scheduling", "switch"),
+    ("enable_chunked_prefill", "--enable-chunked-prefill", "switch"),
+)
+
+# Every flag the collection renders or decides on, with the variable that
+# owns it. vLLM reads "_" in flag names as "-", knows "--no-" forms of its
+# switches and short aliases, so extra_args are compared in that form.
+MANAGED_FLAGS = {
+    "--model": "model",
+    "--served-model-name": "served_model_name",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "-tp": "tensor_parallel_size",
+    "--nnodes": "tensor_parallel_size",
+    "--node-rank": "rank",
+    "--master-addr": "rank",
+    "--master-port": "master_port",
+    "--headless": "rank",
+    "--host": "api_port",
+    "--port": "api_port",
+    "--cudagraph-capture-sizes": "max_cudagraph_capture_size",
+    "--cuda-graph-sizes": "max_cudagraph_capture_size",
+    "-O": "compilation_config",
+    "-cc": "compilation_config",
+}
+for _setting, _flag, _kind in _TUNING_OPTIONS:
+    MANAGED_FLAGS[_flag] = _setting
+    if _kind == "switch":
+        MANAGED_FLAGS["--no-" + _flag[2:]] = _setting
+
+# Keys of compilation_config that would fight the capture size this
+# collection computes and renders as its own flag.
+_CAPTURE_SIZE_KEYS = ("max_cudagraph_capture_size", "cudagraph_capture_sizes")
+
+_REQUIRED = ("tensor_parallel_size", "model", "image", "max_num_seqs", "master_port", "api_port")
+
+
+class EngineConfigError(ValueError):
+    """Raised when an argv or exec line cannot be rendered from the input."""
+
+
+def _variable(setting):
+    if setting == "rank":
+        return RANK_VARIABLE
+    return VARIABLE_PREFIX + setting
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_positive_int(value):
+    return _is_int(value) and value >= 1
+
+
+def _present(settings, key):
+    return settings.get(key) is not None
+
+
+def _speculative_tokens(settings):
+    """Number of speculative tokens, 0 without speculation, None when unreadable."""
+    config = settings.get("speculative_config")
+    if not config:
+        return 0
+    if not isinstance(config, dict):
+        return None
+    tokens = config.get("num_speculative_tokens")
+    return tokens if _is_positive_int(tokens) else None
+
+
+def _render_json(value):
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
+def _json_setting_problems(settings, key):
+    value = settings.get(key)
+    name = _variable(key)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return ["%s is a string; give it as YAML, the collection renders the JSON" % name]
+    if not isinstance(value, dict):
+        return ["%s must be a mapping, not %s; give it as YAML" % (name, type(value).__name__)]
+    try:
+        _render_json(value)
+    except (TypeError, ValueError) as exc:
+        return ["%s cannot be rendered as JSON (%s); give plain YAML values" % (name, exc)]
+    return []
+
+
+def _capture_size_problems(settings):
+    problems = []
+    arithmetic_possible = True
+    seqs = settings.get("max_num_seqs")
+    if seqs is None:
+        problems.append("%s is not set; it bounds the decode batch and the CUDA graph capture size" % _variable("max_num_seqs"))
+        arithmetic_possible = False
+    elif not _is_positive_int(seqs):
+        problems.append("%s %r is not a positive integer" % (_variable("max_num_seqs"), seqs))
+        arithmetic_possible = False
+
+    speculative_problems = _json_setting_problems(settings, "speculative_config")
+    problems.extend(speculative_problems)
+    speculative = settings.get("speculative_config")
+    if speculative_problems:
+        arithmetic_possible = False
+    elif speculative:
+        tokens = speculative.get("num_speculative_tokens")
+        if tokens is None:
+            problems.append(
+                "%s has no num_speculative_tokens; set it (an integer, 1 or more): the capture size depends on it"
+                % _variable("speculative_config")
+            )
+            arithmetic_possible = False
+        elif not _is_positive_int(tokens):
+            problems.append(
+                "%s num_speculative_tokens %r is not an integer of 1 or more" % (_variable("speculative_config"), tokens)
+            )
+            arithmetic_possible = False
+
+    compilation = settings.get("compilation_config")
+    if isinstance(compilation, dict):
+        for key in _CAPTURE_SIZE_KEYS:
+            if key in compilation:
+                problems.append(
+                    "%s sets %s; remove it and set %s, which the collection checks against the decode batch"
+                    % (_variable("compilation_config"), key, _variable("max_cudagraph_capture_size"))
+                )
+
+    allow_small = settings.get("allow_small_cudagraph_capture_size")
+    if allow_small is not None and not isinstance(allow_small, bool):
+        problems.append("%s %r is not true or false" % (_variable("allow_small_cudagraph_capture_size"), allow_small))
+
+    explicit = settings.get("max_cudagraph_capture_size")
+    if explicit is None:
+        return problems
+    name = _variable("max_cudagraph_capture_size")
+    if not _is_positive_int(explicit):
+        problems.append("%s %r is not a positive integer; leave it unset for the default" % (name, explicit))
+        return problems
+    if not arithmetic_possible:
+        return problems
+
+    tokens = _speculative_tokens(settings)
+    step = 1 + tokens
+    full_batch = seqs * step
+    if explicit < full_batch and allow_small is not True:
+        if tokens:
+            arithmetic = "%s %d x (1 + %d speculative tokens) = %d" % (_variable("max_num_seqs"), seqs, tokens, full_batch)
+        else:
+            arithmetic = "%s %d (no speculation)" % (_variable("max_num_seqs"), seqs)
+        problems.append(
+            "%s %d is below the full decode batch of %s: CUDA graphs then cover only %d of %d concurrent requests, "
+            "and every decode step beyond them falls out of CUDA graphs into eager mode, losing most of its speed; "
+            "leave it unset (default %d) or set %s: true to accept that"
+            % (name, explicit, arithmetic, explicit // step, seqs, full_batch, _variable("allow_small_cudagraph_capture_size"))
+        )
+    if explicit % step:
+        lower = explicit // step * step
+        choices = "%d or %d" % (lower, lower + step) if lower else "%d" % (lower + step)
+        problems.append(
+            "%s %d is not a multiple of 1 + %d speculative tokens = %d; vLLM would silently round it down to %d; use %s"
+            % (name, explicit, tokens, step, lower, choices)
+        )
+    return problems
+
+
+def _port_problems(settings):
+    problems = []
+    ports = {}
+    for key in ("master_port", "api_port"):
+        value = settings.get(key)
+        if value is None:
+            continue
+        if not _is_int(value) or not MIN_PORT <= value <= MAX_PORT:
+            problems.append("%s %r is not a port (%d-%d)" % (_variable(key), value, MIN_PORT, MAX_PORT))
+        else:
+            ports[key] = value
+    if len(ports) == 2 and ports["master_port"] == ports["api_port"]:
+        problems.append(
+            "%s and %s are both %d; the rendezvous and the API need different ports"
+            % (_variable("master_port"), _variable("api_port"), ports["api_port"])
+        )
+    return problems
+
+
+def _flag_name(argument):
+    if not argument.startswith("-") or argument == "-" or _looks_numeric(argument):
+        return None
+    name = argument.split("=", 1)[0]
+    dashes = "--" if name.startswith("--") else "-"
+    name = dashes + name[len(dashes):].replace("_", "-")
+    # Dotted forms (--compilation-config.mode=3, -O.mode=3) set one key of a JSON option.
+    base = name.split(".", 1)[0]
+    if dashes == "-" and base.startswith("-O"):
+        return "-O"
+    return base
+
+
+def _looks_numeric(argument):
+    try:
+        float(argument)
+    except ValueError:
+        return False
+    return True
+
+
+def _extra_args_problems(settings):
+    extra = settings.get("extra_args")
+    name = _variable("extra_args")
+    if extra is None:
+        return []
+    if not isinstance(extra, list):
+        return ["%s must be a list of strings, one argument per item" % name]
+    problems = []
+    for position, argument in enumerate(extra):
+        if not isinstance(argument, str):
+            problems.append("%s[%d] %r is not a string; quote it in YAML" % (name, position, argument))
+            continue
+        flag = _flag_name(argument)
+        if flag in MANAGED_FLAGS:
+            owner = MANAGED_FLAGS[flag]
+            problems.append(
+                "%s[%d] %r repeats %s, which the collection renders from %s; set that variable instead"
+                % (name, position, argument, flag, _variable(owner))
+            )
+    return problems
+
+
+def _patch_problems(settings):
+    patches = settings.get("patches")
+    name = _variable("patches")
+    if patches is None:
+        return []
+    if not isinstance(patches, list):
+        return ["%s must be a list of {src, dest, sha256}" % name]
+    problems = []
+    destinations = {}
+    for position, patch in enumerate(patches):
+        where = "%s[%d]" % (name, position)
+        if not isinstance(patch, dict):
+            problems.append("%s is not a mapping of src, dest and sha256" % where)
+            continue
+        src, dest, digest = patch.get("src"), patch.get("dest"), patch.get("sha256")
+        if not isinstance(src, str) or not src:
+            problems.append("%s has no src; give the patched file on the controller" % where)
+        if not isinstance(dest, str) or not posixpath.isabs(dest):
+            problems.append("%s dest %r is not an absolute path inside the container" % (where, dest))
+        else:
+            destinations.setdefault(posixpath.normpath(dest), []).append(position)
+        if not isinstance(digest, str) or not _SHA256.match(digest):
+            problems.append(
+                "%s sha256 %r is not a sha256 digest; give the 64 lowercase hex digits sha256sum prints for src"
+                % (where, digest)
+            )
+    for dest, positions in sorted(destinations.items()):
+        if len(positions) > 1:
+            problems.append(
+                "%s %s all mount onto %s; give each destination one patch"
+                % (name, " and ".join("[%d]" % p for p in positions), dest)
+            )
+    return problems
+
+
+def _settings_problems(settings):
+    problems = []
+    for key in _REQUIRED:
+        if key != "max_num_seqs" and not _present(settings, key):
+            problems.append("%s is not set" % _variable(key))
+
+    for key in ("tensor_parallel_size", "replicas"):
+        value = settings.get(key)
+        if value is not None and not _is_positive_int(value):
+            problems.append("%s %r is not a positive integer" % (_variable(key), value))
+
+    model = settings.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        problems.append("%s %r is not a Hugging Face model id or a path inside the container" % (_variable("model"), model))
+
+    image = settings.get("image")
+    if image is not None and (not isinstance(image, str) or not _DIGEST_PINNED.match(image)):
+        problems.append(
+            "%s %r is not pinned by digest; pin it as name@sha256:<64 hex digits> so every node runs the same build"
+            % (_variable("image"), image)
+        )
+
+    for key in ("served_model_name", "kv_cache_dtype", "attention_backend", "moe_backend"):
+        value = settings.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            problems.append("%s %r is not a non-empty string; leave it unset to omit the option" % (_variable(key), value))
+
+    for key in ("max_model_len", "block_size", "max_num_batched_tokens"):
+        value = settings.get(key)
+        if value is not None and not _is_positive_int(value):
+            problems.append("%s %r is not a positive integer; leave it unset to omit the option" % (_variable(key), value))
+
+    for key in ("enable_prefix_caching", "async_scheduling", "enable_chunked_prefill"):
+        value = settings.get(key)
+        if value is not None and not isinstance(value, bool):
+            problems.append("%s %r is not true or false; leave it unset for vLLM's default" % (_variable(key), value))
+
+    utilization = settings.get("gpu_memory_utilization")
+    if utilization is not None and (
+        isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1
+    ):
+        problems.append(
+            "%s %r is not a fraction above 0 and at most 1" % (_variable("gpu_memory_utilization"), utilization)
+        )
+
+    problems.extend(_json_setting_problems(settings, "compilation_config"))
+    problems.extend(_capture_size_problems(settings))
+    problems.extend(_port_problems(settings))
+    problems.extend(_extra_args_problems(settings))
+    problems.extend(_patch_problems(settings))
+    return problems
+
+
+def _rank_problems(hosts, ranks_expected):
+    problems = []
+    holders = {}
+    for host in sorted(hosts):
+        rank = hosts[host].get("rank")
+        if rank is None:
+            problems.append("%s: %s is not set; give every engine host its rank (0 is the head)" % (host, RANK_VARIABLE))
+        elif not _is_int(rank):
+            problems.append("%s: %s %r is not an integer" % (host, RANK_VARIABLE, rank))
+        elif not 0 <= rank < ranks_expected:
+            problems.append(
+                "%s: %s %d is outside 0-%d; the %d engine hosts take ranks 0 to %d"
+                % (host, RANK_VARIABLE, rank, ranks_expected - 1, ranks_expected, ranks_expected - 1)
+            )
+            holders.setdefault(rank, []).append(host)
+        else:
+            holders.setdefault(rank, []).append(host)
+    for rank, owners in sorted(holders.items()):
+        if len(owners) > 1:
+            problems.append(
+                "%s %d is given to %s; every engine host needs its own rank" % (RANK_VARIABLE, rank, " and ".join(owners))
+            )
+    if not any(hosts[host].get("rank") is None or not _is_int(hosts[host].get("rank")) for host in hosts):
+        missing = sorted(set(range(ranks_expected)) - set(holders))
+        if missing:
+            problems.append(
+                "%s leaves rank%s %s without a host; ranks run from 0 to %d without gaps"
+                % (RANK_VARIABLE, "s" if len(missing) > 1 else "", ", ".join(str(r) for r in missing), ranks_expected - 1)
+            )
+    return problems
+
+
+def _address_problems(hosts):
+    problems = []
+    owners = {}
+    for host in sorted(hosts):
+        address = hosts[host].get("fabric_address")
+        if address in (None, ""):
+            problems.append(
+                "%s: %s is not set; every engine rank reaches the others at its fabric address" % (host, ADDRESS_VARIABLE)
+            )
+            continue
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            problems.append("%s: %s %r is not an IP address" % (host, ADDRESS_VARIABLE, address))
+            continue
+        owners.setdefault(parsed, []).append(host)
+    for address, users in sorted(owners.items()):
+        if len(users) > 1:
+            problems.append(
+                "%s %s is used by %s; every engine host needs its own address" % (ADDRESS_VARIABLE, address, " and ".join(users))
+            )
+    return problems
+
+
+def engine_config_problems(cluster):
+    """Return readable problems with the engine configuration, empty when sound.
+
+    O(cluster) is C({"hosts": {name: {"rank": int, "fabric_address": str}},
+    "settings": {...}}) where the settings are the role variables without
+    their C(engine_service_) prefix. Each problem names the host (when it is
+    about one host) and the inventory variable, and says the fix.
+    """
+    if not isinstance(cluster, dict):
+        raise EngineConfigError("engine_config_problems needs a mapping with hosts and settings")
+    hosts = cluster.get("hosts") or {}
+    settings = cluster.get("settings") or {}
+    if not isinstance(hosts, dict) or not isinstance(settings, dict):
+        raise EngineConfigError("engine_config_problems needs hosts and settings as mappings")
+    for host, facts in hosts.items():
+        if not isinstance(facts, dict):
+            raise EngineConfigError("engine host %s needs a mapping of rank and fabric_address" % host)
+
+    problems = _settings_problems(settings)
+    if not hosts:
+        return problems + ["the engine group has no hosts; add the nodes that run the engine ranks"]
+
+    tensor_parallel = settings.get("tensor_parallel_size")
+    replicas = 1 if settings.get("replicas") is None else settings.get("replicas")
+    if _is_positive_int(tensor_parallel) and _is_positive_int(replicas) and tensor_parallel * replicas != len(hosts):
+        problems.append(
+            "%s %d x %s %d = %d ranks, but the engine group has %d host%s; one rank runs per host, "
+            "so change the sizes or the hosts in the group"
+            % (
+                _variable("tensor_parallel_size"), tensor_parallel, _variable("replicas"), replicas,
+                tensor_parallel * replicas, len(hosts), "" if len(hosts) == 1 else "s",
+            )
+        )
+    problems.extend(_rank_problems(hosts, len(hosts)))
+    problems.extend(_address_problems(hosts))
+    return problems
+
+
+def effective_cudagraph_capture_size(settings):
+    """The capture size to render: the explicit setting, else the full decode batch.
+
+    The full decode batch is C(max_num_seqs × (1 + num_speculative_tokens)),
+    C(max_num_seqs) without speculation.
+    """
+    if not isinstance(settings, dict):
+        raise EngineConfigError("the engine settings must be a mapping")
+    problems = _capture_size_problems(settings)
+    if problems:
+        raise EngineConfigError("; ".join(problems))
+    explicit = settings.get("max_cudagraph_capture_size")
+    if explicit is not None:
+        return explicit
+    return settings["max_num_seqs"] * (1 + _speculative_tokens(settings))
+
+
+def replica_layout(settings, rank):
+    """Where global O(rank) sits: its C(replica), C(node_rank) inside it and the replica's C(head_rank).
+
+    Ranks run over all engine hosts; each replica takes
+    C(tensor_parallel_size) consecutive ranks, one per node.
+    """
+    if not isinstance(settings, dict):
+        raise EngineConfigError("the engine settings must be a mapping")
+    tensor_parallel = settings.get("tensor_parallel_size")
+    replicas = 1 if settings.get("replicas") is None else settings.get("replicas")
+    if not _is_positive_int(tensor_parallel) or not _is_positive_int(replicas):
+        raise EngineConfigError(
+            "%s and %s must be positive integers" % (_variable("tensor_parallel_size"), _variable("replicas"))
+        )
+    if not _is_int(rank) or not 0 <= rank < tensor_parallel * replicas:
+        raise EngineConfigError(
+            "rank %r is outside 0-%d (%s x %s)"
+            % (rank, tensor_parallel * replicas - 1, _variable("tensor_parallel_size"), _variable("replicas"))
+        )
+    replica, node_rank = divmod(rank, tensor_parallel)
+    return {"replica": replica, "node_rank": node_rank, "head_rank": replica * tensor_parallel}
+
+
+def _option_arguments(flag, kind, value):
+    if kind == "switch":
+        return [flag if value else "--no-" + flag[2:]]
+    if kind == "json":
+        return [flag, _render_json(value)]
+    return [flag, str(value)]
+
+
+def rank_argv(settings, rank, master_address):
+    """The arguments after the C(vllm) program for global O(rank).
+
+    Starts with C(["serve", model]). The replica's head (node rank 0) serves
+    the API on all addresses; the other ranks run headless. Options whose
+    setting is C(None) are left out; JSON options are compact with sorted keys
+    so the rendered unit only changes when a setting does.
+    """
+    if not isinstance(settings, dict):
+        raise EngineConfigError("the engine settings must be a mapping")
+    problems = _settings_problems(settings)
+    if problems:
+        raise EngineConfigError("; ".join(problems))
+    if not isinstance(master_address, str) or not master_address.strip():
+        raise EngineConfigError("the master address %r is not an address" % (master_address,))
+    layout = replica_layout(settings, rank)
+    tensor_parallel = settings["tensor_parallel_size"]
+
+    argv = ["serve", settings["model"]]
+    if _present(settings, "served_model_name"):
+        argv += ["--served-model-name", settings["served_model_name"]]
+    argv += [
+        "--tensor-parallel-size", str(tensor_parallel),
+        "--nnodes", str(tensor_parallel),
+        "--node-rank", str(layout["node_rank"]),
+        "--master-addr", master_address,
+        "--master-port", str(settings["master_port"]),
+    ]
+    if layout["node_rank"]:
+        argv.append("--headless")
+    else:
+        argv += ["--host", API_HOST, "--port", str(settings["api_port"])]
+
+    values = dict(settings, max_cudagraph_capture_size=effective_cudagraph_capture_size(settings))
+    for key in ("compilation_config", "speculative_config"):
+        if not values.get(key):
+            values[key] = None
+    for key, flag, kind in _TUNING_OPTIONS:
+        if values.get(key) is not None:
+            argv += _option_arguments(flag, kind, values[key])
+    argv += list(settings.get("extra_args") or [])
+    return argv
+
+
+# systemd unquotes an ExecStart= word with C escapes, then expands "%"
+# specifiers, then "$" variables at start; these undo all three.
+_SYSTEMD_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+    "%": "%%",
+    "$": "$$",
+}
+_SYSTEMD_UNESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
+                      "\\": "\\", '"': '"', "'": "'", "s": " "}
+_SYSTEMD_WHITESPACE = " \t\n\r"
+_PROGRAM_PREFIXES = "-@:+!|"
+
+
+def _systemd_word(argument, position):
+    if not isinstance(argument, str):
+        raise EngineConfigError("argument %d (%r) is not a string" % (position, argument))
+    if "\0" in argument:
+        raise EngineConfigError("argument %d contains a NUL character, which no command line can carry" % position)
+    try:
+        argument.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EngineConfigError("argument %d is not valid UTF-8 text (%s)" % (position, exc)) from exc
+    quoted = []
+    for char in argument:
+        if char in _SYSTEMD_ESCAPES:
+            quoted.append(_SYSTEMD_ESCAPES[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            quoted.append("\\x%02x" % ord(char))
+        else:
+            quoted.append(char)
+    return '"%s"' % "".join(quoted)
+
+
+def systemd_exec_line(argv):
+    """Quote O(argv) (program first) as the value of a systemd C(ExecStart=) line.
+
+    Every argument is double-quoted with C(\\) and C(") backslash-escaped,
+    control characters as C escapes, C(%) doubled against specifier expansion
+    and C($) doubled against variable expansion, so systemd hands the process
+    exactly O(argv).
+    """
+    if not isinstance(argv, (list, tuple)) or not argv:
+        raise EngineConfigError("the command line must be a non-empty list of arguments")
+    program = argv[0]
+    if not isinstance(program, str) or not posixpath.isabs(program):
+        raise EngineConfigError("the program %r is not an absolute path" % (program,))
+    return " ".join(_systemd_word(argument, position) for position, argument in enumerate(argv))
+
+
+def _unescape(line, index):
+    """Decode the C escape whose letter is at O(index); return (text, next index)."""
+    if index >= len(line):
+        raise EngineConfigError("the line ends in a backslash")
+    letter = line[index]
+    if letter in _SYSTEMD_UNESCAPES:
+        return _SYSTEMD_UNESCAPES[letter], index + 1
+    digits = {"x": (16, 2), "u": (16, 4), "U": (16, 8)}.get(letter)
+    start = index + 1
+    if digits is None and letter in "01234567":
+        digits, start = (8, 3), index
+    if digits is None:
+        raise EngineConfigError("unknown escape \\%s at column %d" % (letter, index))
+    base, count = digits
+    text = line[start:start + count]
+    try:
+        value = int(text, base) if len(text) == count else -1
+    except ValueError:
+        value = -1
+    if value <= 0 or value > 0x10FFFF:
+        raise EngineConfigError("bad escape \\%s%s at column %d" % (letter, text, index))
+    return chr(value), start + count
+
+
+def _expand_specifiers(word):
+    out = []
+    index = 0
+    while index < len(word):
+        char = word[index]
+        if char != "%":
+            out.append(char)
+            index += 1
+        elif word[index + 1:index + 2] == "%":
+            out.append("%")
+            index += 2
+        else:
+            raise EngineConfigError("%r holds a specifier systemd would expand" % word)
+    return "".join(out)
+
+
+def _expand_variables(word):
+    out = []
+    index = 0
+    while index < len(word):
+        char = word[index]
+        if char != "$":
+            out.append(char)
+            index += 1
+        elif word[index + 1:index + 2] == "$":
+            out.append("$")
+            index += 2
+        else:
+            raise EngineConfigError("%r holds a variable systemd would expand" % word)
+    return "".join(out)
+
+
+def parse_systemd_exec_line(line):
+    """Split an C(ExecStart=) value the way systemd does, into the argv it runs.
+
+    The inverse of P(systemd_exec_line): words split on whitespace, single and
+    double quotes, C escapes, C(%%) and C($$). A specifier, a variable, a
+    lone C(;) (a command separator) or bad quoting raises EngineConfigError
+    rather than being guessed at.
+    """
+    words = []
+    index = 0
+    while True:
+        while index < len(line) and line[index] in _SYSTEMD_WHITESPACE:
+            index += 1
+        if index >= len(line):
+            break
+        rest_end = index + 1
+        if line[index] == ";" and (rest_end == len(line) or line[rest_end] in _SYSTEMD_WHITESPACE):
+            raise EngineConfigError("a lone ; at column %d separates commands" % index)
+        if line.startswith("\\;", index) and (index + 2 == len(line) or line[index + 2] in _SYSTEMD_WHITESPACE):
+            words.append(";")
+            index += 2
+            continue
+        word = []
+        quote = None
+        while index < len(line):
+            char = line[index]
+            if quote is None and char in _SYSTEMD_WHITESPACE:
+                break
+            if char == "\\":
+                text, index = _unescape(line, index + 1)
+                word.append(text)
+                continue
+            if quote is None and char in "\"'":
+                quote = char
+            elif char == quote:
+                quote = None
+            else:
+                word.append(char)
+            index += 1
+        if quote is not None:
+            raise EngineConfigError("unbalanced %s quote in the line" % quote)
+        words.append("".join(word))
+    if not words:
+        raise EngineConfigError("the line is empty")
+    return [_expand_variables(_expand_specifiers(word)) for word in words]
