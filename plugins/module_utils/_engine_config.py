@@ -425,8 +425,8 @@ def engine_config_problems(cluster):
     """
     if not isinstance(cluster, dict):
         raise EngineConfigError("engine_config_problems needs a mapping with hosts and settings")
-    hosts = cluster.get("hosts") or {}
-    settings = cluster.get("settings") or {}
+    hosts = {} if cluster.get("hosts") is None else cluster["hosts"]
+    settings = {} if cluster.get("settings") is None else cluster["settings"]
     if not isinstance(hosts, dict) or not isinstance(settings, dict):
         raise EngineConfigError("engine_config_problems needs hosts and settings as mappings")
     for host, facts in hosts.items():
