@@ -661,7 +661,7 @@ def _expand_variables(word):
 def parse_systemd_exec_line(line):
     """Split an C(ExecStart=) value the way systemd does, into the argv it runs.
 
-    The inverse of P(systemd_exec_line): words split on whitespace, single and
+    The inverse of systemd_exec_line(): words split on whitespace, single and
     double quotes, C escapes, C(%%) and C($$). A specifier, a variable, a
     lone C(;) (a command separator) or bad quoting raises EngineConfigError
     rather than being guessed at.
