@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
     EngineConfigError,
     effective_cudagraph_capture_size,
@@ -13,49 +11,15 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config im
     replica_layout,
     systemd_exec_line,
 )
-
-
-def engine_config_problems_filter(cluster):
-    try:
-        return engine_config_problems(cluster)
-    except EngineConfigError as exc:
-        raise AnsibleFilterError(str(exc), orig_exc=exc) from exc
-
-
-def engine_rank_argv(settings, rank, master_address):
-    try:
-        return rank_argv(settings, rank, master_address)
-    except EngineConfigError as exc:
-        raise AnsibleFilterError(str(exc), orig_exc=exc) from exc
-
-
-def engine_replica_layout(settings, rank):
-    try:
-        return replica_layout(settings, rank)
-    except EngineConfigError as exc:
-        raise AnsibleFilterError(str(exc), orig_exc=exc) from exc
-
-
-def engine_cudagraph_capture_size(settings):
-    try:
-        return effective_cudagraph_capture_size(settings)
-    except EngineConfigError as exc:
-        raise AnsibleFilterError(str(exc), orig_exc=exc) from exc
-
-
-def systemd_exec_line_filter(argv):
-    try:
-        return systemd_exec_line(argv)
-    except EngineConfigError as exc:
-        raise AnsibleFilterError(str(exc), orig_exc=exc) from exc
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
 
 class FilterModule:
     def filters(self):
         return {
-            "engine_config_problems": engine_config_problems_filter,
-            "engine_rank_argv": engine_rank_argv,
-            "engine_replica_layout": engine_replica_layout,
-            "engine_cudagraph_capture_size": engine_cudagraph_capture_size,
-            "systemd_exec_line": systemd_exec_line_filter,
+            "engine_config_problems": as_filter(engine_config_problems, EngineConfigError),
+            "engine_rank_argv": as_filter(rank_argv, EngineConfigError),
+            "engine_replica_layout": as_filter(replica_layout, EngineConfigError),
+            "engine_cudagraph_capture_size": as_filter(effective_cudagraph_capture_size, EngineConfigError),
+            "systemd_exec_line": as_filter(systemd_exec_line, EngineConfigError),
         }

@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 

@@ -26,35 +26,33 @@ def unchanged_nodes():
     assert node_file_digests(HOSTS, NETWORK_FILES) == before, "a refused run changed a node"
 
 
-def test_missing_hca_is_refused_before_any_change(unchanged_nodes):
-    result = run_playbook("site.yml", extra_vars={"roce_fabric_hca": "roceP9p9s0f9"})
+INVENTORY_REFUSALS = {
+    "missing HCA": (
+        {"extra_vars": {"roce_fabric_hca": "roceP9p9s0f9"}},
+        "spark1 has no RDMA device roceP9p9s0f9 under /run/dgxspark-sim/sysfs/class/infiniband (found: roceP2p1s0f1)",
+    ),
+    "MTU mismatch": (
+        {"override": "spark3:\n      roce_fabric_mtu: 1500\n"},
+        "roce_fabric_mtu differs between nodes (spark1=9000, spark2=9000, spark3=1500, spark4=9000)",
+    ),
+    "duplicate address": (
+        {"override": "spark4:\n      roce_fabric_address: 192.168.100.12\n"},
+        "address 192.168.100.12 is used by spark2 roce_fabric_links[0] and spark4 roce_fabric_links[0]",
+    ),
+}
+
+
+@pytest.mark.parametrize("change, message", INVENTORY_REFUSALS.values(), ids=list(INVENTORY_REFUSALS))
+def test_unsound_fabric_inventory_is_refused_before_any_change(change, message, tmp_path, unchanged_nodes):
+    args = []
+    if "override" in change:
+        override = tmp_path / "override.yml"
+        override.write_text("dgxspark_cluster:\n  hosts:\n    " + change["override"])
+        args = ["-i", str(override)]
+    result = run_playbook("site.yml", *args, extra_vars=change.get("extra_vars"))
     assert result.returncode != 0
-    assert (
-        "spark1 has no RDMA device roceP9p9s0f9 under /run/dgxspark-sim/sysfs/class/infiniband (found: roceP2p1s0f1)"
-        in flat(result.stdout)
-    ), flat(result.stdout)[-3000:]
+    assert message in flat(result.stdout), flat(result.stdout)[-3000:]
     assert "Fabric | Write the" not in result.stdout
-
-
-def test_mtu_mismatch_between_nodes_is_refused_before_any_change(tmp_path, unchanged_nodes):
-    override = tmp_path / "override.yml"
-    override.write_text("dgxspark_cluster:\n  hosts:\n    spark3:\n      roce_fabric_mtu: 1500\n")
-    result = run_playbook("site.yml", "-i", str(override))
-    assert result.returncode != 0
-    assert (
-        "roce_fabric_mtu differs between nodes (spark1=9000, spark2=9000, spark3=1500, spark4=9000)" in flat(result.stdout)
-    ), flat(result.stdout)[-3000:]
-    assert "Fabric | Write the" not in result.stdout
-
-
-def test_duplicate_fabric_address_is_refused_before_any_change(tmp_path, unchanged_nodes):
-    override = tmp_path / "override.yml"
-    override.write_text("dgxspark_cluster:\n  hosts:\n    spark4:\n      roce_fabric_address: 192.168.100.12\n")
-    result = run_playbook("site.yml", "-i", str(override))
-    assert result.returncode != 0
-    assert (
-        "address 192.168.100.12 is used by spark2 roce_fabric_links[0] and spark4 roce_fabric_links[0]" in flat(result.stdout)
-    ), flat(result.stdout)[-3000:]
 
 
 def test_address_without_gid_entry_fails_naming_host_and_table():

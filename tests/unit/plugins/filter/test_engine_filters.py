@@ -6,14 +6,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dgxspark.cluster.plugins.filter.engine import (
-    FilterModule,
-    engine_config_problems_filter,
-    engine_cudagraph_capture_size,
-    engine_rank_argv,
-    engine_replica_layout,
-    systemd_exec_line_filter,
-)
+from ansible_collections.dgxspark.cluster.plugins.filter.engine import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
     EngineConfigError,
     effective_cudagraph_capture_size,
@@ -23,6 +16,13 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config im
     replica_layout,
     systemd_exec_line,
 )
+
+FILTERS = FilterModule().filters()
+engine_config_problems_filter = FILTERS["engine_config_problems"]
+engine_cudagraph_capture_size = FILTERS["engine_cudagraph_capture_size"]
+engine_rank_argv = FILTERS["engine_rank_argv"]
+engine_replica_layout = FILTERS["engine_replica_layout"]
+systemd_exec_line_filter = FILTERS["systemd_exec_line"]
 
 SETTINGS = {
     "tensor_parallel_size": 2,
@@ -38,13 +38,13 @@ HOSTS = {"spark1": {"rank": 0, "fabric_address": "192.168.100.11"}, "spark2": {"
 
 
 def test_filter_module_exposes_the_engine_filters():
-    assert FilterModule().filters() == {
-        "engine_config_problems": engine_config_problems_filter,
-        "engine_rank_argv": engine_rank_argv,
-        "engine_replica_layout": engine_replica_layout,
-        "engine_cudagraph_capture_size": engine_cudagraph_capture_size,
-        "systemd_exec_line": systemd_exec_line_filter,
-    }
+    assert sorted(FilterModule().filters()) == [
+        "engine_config_problems",
+        "engine_cudagraph_capture_size",
+        "engine_rank_argv",
+        "engine_replica_layout",
+        "systemd_exec_line",
+    ]
 
 
 def test_filters_return_what_the_engine_logic_returns():

@@ -1,0 +1,36 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
+
+
+class PlanError(ValueError):
+    pass
+
+
+def halve(value, *, strict=True):
+    if strict and value % 2:
+        raise PlanError("%d is odd" % value)
+    return value // 2
+
+
+def test_wrapped_function_returns_its_value_and_keeps_its_name():
+    wrapped = as_filter(halve, PlanError)
+    assert wrapped(8) == 4 and wrapped(7, strict=False) == 3
+    assert wrapped.__name__ == "halve"
+
+
+def test_the_named_error_becomes_a_filter_error_with_the_same_message():
+    with pytest.raises(AnsibleFilterError, match="^7 is odd$") as caught:
+        as_filter(halve, PlanError)(7)
+    assert isinstance(caught.value.orig_exc, PlanError)
+
+
+def test_other_errors_pass_through():
+    with pytest.raises(TypeError):
+        as_filter(halve, PlanError)("x")
