@@ -5,11 +5,17 @@ from __future__ import annotations
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
     EngineConfigError,
+    container_argv,
     effective_cudagraph_capture_size,
     engine_config_problems,
+    env_file_text,
     rank_argv,
     replica_layout,
     systemd_exec_line,
+)
+from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_health import (
+    EngineHealthError,
+    cluster_verdict,
 )
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
@@ -22,4 +28,7 @@ class FilterModule:
             "engine_replica_layout": as_filter(replica_layout, EngineConfigError),
             "engine_cudagraph_capture_size": as_filter(effective_cudagraph_capture_size, EngineConfigError),
             "systemd_exec_line": as_filter(systemd_exec_line, EngineConfigError),
+            "engine_container_argv": as_filter(container_argv, EngineConfigError),
+            "engine_env_file": as_filter(env_file_text, EngineConfigError),
+            "engine_cluster_verdict": as_filter(cluster_verdict, EngineHealthError),
         }

@@ -703,3 +703,92 @@ def parse_systemd_exec_line(line):
     if not words:
         raise EngineConfigError("the line is empty")
     return [_expand_variables(_expand_specifiers(word)) for word in words]
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Container options the collection sets itself or refuses: the rank's
+# isolation is the fixed part of its contract.
+_CONTAINER_MANAGED = ("--privileged", "--network", "--net", "--ipc", "--name", "--rm", "--init", "--gpus",
+                      "--device", "--cap-add", "--ulimit", "--env-file", "--mount", "-v", "--volume", "-e", "--env")
+
+
+def env_file_text(env):
+    """The text of a Docker C(--env-file) for the mapping O(env), sorted.
+
+    Docker reads every line as C(NAME=value) verbatim, with no quoting, so a
+    value cannot hold a newline and a name must be a shell identifier.
+    """
+    if not isinstance(env, dict):
+        raise EngineConfigError("the environment must be a mapping of names to values")
+    lines = []
+    for name in sorted(env):
+        value = env[name]
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise EngineConfigError("environment name %r is not a valid variable name" % (name,))
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise EngineConfigError("environment variable %s has the value %r; give a string" % (name, value))
+        value = str(value)
+        if "\n" in value or "\r" in value or "\0" in value:
+            raise EngineConfigError("environment variable %s holds a line break, which an env file cannot carry" % name)
+        lines.append("%s=%s\n" % (name, value))
+    return "".join(lines)
+
+
+def container_argv(container, image, command):
+    """The C(docker run) command line of one rank, program first.
+
+    O(container) holds C(docker) (the client's path), C(name), C(gpus),
+    C(devices), C(capabilities), C(ulimits) (name to C(soft:hard)),
+    C(shm_size), C(env_files) and C(mounts) (C(src), C(dest), C(readonly));
+    O(command) is the engine's argv inside the image, e.g. C(["vllm", "serve", ...]).
+    The rank always shares the node's network and IPC namespaces and runs
+    under an init process; it is never privileged.
+    """
+    if not isinstance(container, dict):
+        raise EngineConfigError("the container settings must be a mapping")
+    if not isinstance(image, str) or not image.strip():
+        raise EngineConfigError("the image %r is not an image reference or ID" % (image,))
+    if not isinstance(command, (list, tuple)) or not command:
+        raise EngineConfigError("the engine command must be a non-empty list")
+    docker = container.get("docker", "/usr/bin/docker")
+    name = container.get("name")
+    if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", name):
+        raise EngineConfigError("the container name %r is not a Docker container name" % (name,))
+    argv = [docker, "run", "--rm", "--name", name, "--init", "--network", "host", "--ipc", "host"]
+    if container.get("gpus"):
+        argv += ["--gpus", str(container["gpus"])]
+    for device in container.get("devices") or []:
+        argv += ["--device", device]
+    for capability in container.get("capabilities") or []:
+        argv += ["--cap-add", capability]
+    ulimits = container.get("ulimits") or {}
+    if not isinstance(ulimits, dict):
+        raise EngineConfigError("the ulimits must map a limit name to soft:hard")
+    for limit in sorted(ulimits):
+        argv += ["--ulimit", "%s=%s" % (limit, ulimits[limit])]
+    if container.get("shm_size"):
+        argv += ["--shm-size", str(container["shm_size"])]
+    for env_file in container.get("env_files") or []:
+        argv += ["--env-file", env_file]
+    for position, mount in enumerate(container.get("mounts") or []):
+        if not isinstance(mount, dict):
+            raise EngineConfigError("mount %d is not a mapping of src, dest and readonly" % position)
+        src, dest = mount.get("src"), mount.get("dest")
+        for label, path in (("src", src), ("dest", dest)):
+            if not isinstance(path, str) or not posixpath.isabs(path) or "," in path:
+                raise EngineConfigError(
+                    "mount %d %s %r is not an absolute path without commas" % (position, label, path))
+        spec = "type=bind,source=%s,target=%s" % (src, dest)
+        if mount.get("readonly", True):
+            spec += ",readonly"
+        argv += ["--mount", spec]
+    for argument in container.get("extra_args") or []:
+        flag = argument.split("=", 1)[0] if isinstance(argument, str) else None
+        if flag in _CONTAINER_MANAGED:
+            raise EngineConfigError(
+                "container option %r is set by the collection or refused; use the matching engine_service_container_* variable"
+                % (argument,))
+        argv.append(argument)
+    argv.append(image)
+    argv += list(command)
+    return argv

@@ -75,3 +75,88 @@ def host_side_veth(host, netdev):
 def flat(output):
     """Playbook output with line wrapping undone, for matching messages."""
     return " ".join(output.split())
+
+
+ENGINE_UNIT = "dgxspark-engine.service"
+ENGINE_CONTAINER = "dgxspark-engine"
+
+
+def engine_head():
+    """(host, API base URL) of rank 0; the controller reaches the head's
+    fabric address over the simulation's fabric bridge."""
+    for host, hostvars in inventory_hosts().items():
+        if hostvars.get("engine_service_rank") == 0:
+            return host, "http://%s:%d" % (hostvars["roce_fabric_address"], group_vars().get("engine_service_api_port", 8000))
+    raise LookupError("no host has engine_service_rank 0")
+
+
+def completion(prompt="Hello", max_tokens=4, timeout=30):
+    """(HTTP status or error text, completion text) from the head's API."""
+    import urllib.error
+    import urllib.request
+
+    _, url = engine_head()
+    body = json.dumps({"model": group_vars()["engine_service_served_model_name"], "prompt": prompt,
+                       "max_tokens": max_tokens, "temperature": 0}).encode()
+    request = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())["choices"][0]["text"]
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (urllib.error.URLError, OSError) as exc:
+        return str(exc), None
+
+
+def unit_state(host, unit=ENGINE_UNIT):
+    return subprocess.run(["docker", "exec", host, "systemctl", "is-active", unit],
+                          capture_output=True, text=True, check=False).stdout.strip()
+
+
+def engine_container(host, template="{{.Id}} {{.State.StartedAt}} {{.Image}}"):
+    """docker inspect of the rank's container on a node, '' when it does not run."""
+    return subprocess.run(["docker", "exec", host, "docker", "inspect", "--format", template, ENGINE_CONTAINER],
+                          capture_output=True, text=True, check=False).stdout.strip()
+
+
+def deployed_record(host):
+    """version.json of the version a node runs."""
+    return json.loads(node_state(host, "cat /etc/dgxspark/engine/current/version.json"))
+
+
+class ServingMonitor:
+    """Sends a completion every `interval` seconds in a thread and records
+    when they succeed, to measure the serving gap of a restart."""
+
+    def __init__(self, interval=0.5):
+        import threading
+
+        self.interval = interval
+        self.samples = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        import time
+
+        while not self._stop.is_set():
+            started = time.monotonic()
+            status, _ = completion(timeout=10)
+            self.samples.append((started, status == 200))
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def longest_gap(self):
+        """Seconds between the last success before the longest outage and the
+        first success after it; None when it never served again."""
+        if not self.samples or not self.samples[-1][1]:
+            return None
+        successes = [t for t, ok in self.samples if ok]
+        return max((b - a for a, b in zip(successes, successes[1:])), default=0.0)

@@ -39,8 +39,11 @@ HOSTS = {"spark1": {"rank": 0, "fabric_address": "192.168.100.11"}, "spark2": {"
 
 def test_filter_module_exposes_the_engine_filters():
     assert sorted(FilterModule().filters()) == [
+        "engine_cluster_verdict",
         "engine_config_problems",
+        "engine_container_argv",
         "engine_cudagraph_capture_size",
+        "engine_env_file",
         "engine_rank_argv",
         "engine_replica_layout",
         "systemd_exec_line",

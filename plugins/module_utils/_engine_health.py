@@ -1,0 +1,250 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Is the engine serving? Probes of one rank and of the cluster's API.
+
+A TP=4 cluster is healthy only when every rank's unit runs and the head
+answers a real completion: after a rank dies, vLLM's /health can still
+answer 200 while every completion fails, so /health alone proves nothing.
+
+One implementation with three callers, run on the node's system Python
+(standard library only, through an explicit interpreter, ``python3 FILE``):
+
+* the coordinated start: every rank reports its unit and, waiting up to
+  ``--wait`` seconds, whether the head answers (``probe``);
+* the engine watchdog beside each rank's unit: once the cluster has served,
+  it stops the local rank after ``--failures`` failed probes in a row, so a
+  cluster that lost a rank is stopped everywhere rather than left half-alive
+  (``watch``);
+* the status playbook (``probe`` with ``--wait 0``).
+
+The controller side (``cluster_verdict``) turns the ranks' probes into one
+verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+EXIT_FAILURE = 2
+
+UNIT_ACTIVE = "active"
+
+
+class EngineHealthError(ValueError):
+    """Raised when probes cannot be judged."""
+
+
+def judge_models(payload, model):
+    """None when O(model) is listed by a /v1/models O(payload), else why not."""
+    try:
+        ids = [entry["id"] for entry in payload["data"]]
+    except (KeyError, TypeError):
+        return "/v1/models answered without a data list: %.200r" % (payload,)
+    if model not in ids:
+        return "/v1/models lists %s, not %s" % (", ".join(ids) or "no model", model)
+    return None
+
+
+def judge_completion(payload, expect):
+    """(text, problem) of a /v1/completions O(payload); problem is None when
+    the text of the first choice matches the regular expression O(expect)."""
+    try:
+        text = payload["choices"][0]["text"]
+    except (KeyError, IndexError, TypeError):
+        return None, "the completion answered without choices: %.200r" % (payload,)
+    if not isinstance(text, str):
+        return None, "the completion text is %r, not a string" % (text,)
+    if not re.search(expect, text):
+        return text, "the completion %r does not match %r" % (text, expect)
+    return text, None
+
+
+def _request(url, api_key, timeout, body=None):
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
+    request.add_header("Content-Type", "application/json")
+    if api_key:
+        request.add_header("Authorization", "Bearer " + api_key)
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        raw = response.read()
+    return json.loads(raw.decode("utf-8")) if raw else None
+
+
+def api_answers(base_url, model, prompt, expect, max_tokens, api_key=None, timeout=30):
+    """One look at the API: returns {"ready": bool, "detail": str, "text": str|None}."""
+    base = base_url.rstrip("/")
+    step = "/health"
+    try:
+        _request(base + "/health", api_key, timeout)
+        step = "/v1/models"
+        problem = judge_models(_request(base + "/v1/models", api_key, timeout), model)
+        if problem:
+            return {"ready": False, "detail": problem, "text": None}
+        step = "/v1/completions"
+        answer = _request(
+            base + "/v1/completions",
+            api_key,
+            timeout,
+            {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0},
+        )
+    except urllib.error.HTTPError as exc:
+        return {"ready": False, "detail": "%s answered HTTP %d" % (step, exc.code), "text": None}
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return {"ready": False, "detail": "%s: %s" % (step, reason), "text": None}
+    text, problem = judge_completion(answer, expect)
+    if problem:
+        return {"ready": False, "detail": problem, "text": text}
+    return {"ready": True, "detail": "a completion answered %r" % text, "text": text}
+
+
+def unit_state(unit, systemctl="systemctl"):
+    """ActiveState, SubState and Result of a systemd unit."""
+    result = subprocess.run(
+        [systemctl, "show", "--property=ActiveState,SubState,Result,ExecMainStatus", unit],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    state = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    return {
+        "active": state.get("ActiveState", "unknown"),
+        "sub": state.get("SubState", "unknown"),
+        "result": state.get("Result", "unknown"),
+        "status": state.get("ExecMainStatus", ""),
+    }
+
+
+def probe(unit, api, wait=0.0, interval=3.0, clock=time.monotonic, sleep=time.sleep, look=None, units=None):
+    """Report this rank's unit and, when O(api) is given, whether the head
+    answers; with O(wait), keep looking until it answers, the unit stops, or
+    O(wait) seconds pass."""
+    look = look or (lambda: api_answers(**api))
+    units = units or (lambda: unit_state(unit))
+    deadline = clock() + wait
+    while True:
+        state = units()
+        report = {"unit": state, "ready": False, "detail": "", "text": None}
+        if state["active"] != UNIT_ACTIVE:
+            report["detail"] = "unit %s is %s (%s, result %s)" % (unit, state["active"], state["sub"], state["result"])
+            return report
+        if api is None:
+            report["detail"] = "unit %s is active" % unit
+            return report
+        report.update(look())
+        if report["ready"] or clock() >= deadline:
+            return report
+        sleep(min(interval, max(0.0, deadline - clock())))
+
+
+def watch(unit, api, interval, failures, stop, clock=time.monotonic, sleep=time.sleep, look=None, units=None, log=None):
+    """Watch a rank while it runs: once the API has answered, O(failures)
+    failed looks in a row stop the rank (when O(stop)) and return the reason.
+    Returns None when the unit stops by itself."""
+    look = look or (lambda: api_answers(**api))
+    units = units or (lambda: unit_state(unit))
+    log = log or (lambda message: print(message, flush=True))
+    served = False
+    failed = 0
+    while True:
+        state = units()
+        if state["active"] != UNIT_ACTIVE:
+            log("unit %s is %s; watchdog ends" % (unit, state["active"]))
+            return None
+        answer = look()
+        if answer["ready"]:
+            if not served or failed:
+                log("the engine serves: %s" % answer["detail"])
+            served, failed = True, 0
+        elif served:
+            failed += 1
+            log("look %d of %d failed: %s" % (failed, failures, answer["detail"]))
+            if failed >= failures:
+                reason = "the cluster stopped serving (%s); stopping rank unit %s so that no rank is left half-alive" % (
+                    answer["detail"], unit)
+                log(reason)
+                if stop:
+                    subprocess.run(["systemctl", "stop", "--no-block", unit], check=False)
+                return reason
+        sleep(interval)
+
+
+def cluster_verdict(probes, head):
+    """One verdict from each rank's probe: {"state": ready|failed|starting,
+    "problems": [...], "ready_text": str|None}. O(probes) maps host to its
+    probe; O(head) is the host whose probe carries the API answer."""
+    if not isinstance(probes, dict) or head not in probes:
+        raise EngineHealthError("the probes must map every engine host, the head %s included" % head)
+    problems = []
+    for host in sorted(probes):
+        report = probes[host]
+        if not isinstance(report, dict) or "unit" not in report:
+            problems.append("%s: no probe result (%s)" % (host, report))
+        elif report["unit"].get("active") != UNIT_ACTIVE:
+            problems.append("%s: %s" % (host, report.get("detail")))
+    if problems:
+        return {"state": "failed", "problems": problems, "ready_text": None}
+    if probes[head].get("ready"):
+        return {"state": "ready", "problems": [], "ready_text": probes[head].get("text")}
+    return {"state": "starting", "problems": [probes[head].get("detail") or "no answer yet"], "ready_text": None}
+
+
+def _read_secret(path):
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            name, _, value = line.rstrip("\n").partition("=")
+            if name == "VLLM_API_KEY":
+                return value
+    return None
+
+
+def _argument_parser():
+    parser = argparse.ArgumentParser(prog="engine_health", description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--unit", required=True, help="the rank's systemd unit")
+    parser.add_argument("--api-url", help="the head's API, e.g. http://10.0.0.11:8000; omit to report the unit only")
+    parser.add_argument("--model", help="served model name")
+    parser.add_argument("--prompt", default="1 + 1 =")
+    parser.add_argument("--expect", default=".", help="regular expression the completion must match")
+    parser.add_argument("--max-tokens", type=int, default=4)
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request")
+    parser.add_argument("--secrets-file", help="environment file holding VLLM_API_KEY (read, never printed)")
+    parser.add_argument("--wait", type=float, default=0.0, help="probe: seconds to keep looking for an answer")
+    parser.add_argument("--watch", action="store_true", help="watch the rank until its unit stops")
+    parser.add_argument("--interval", type=float, default=15.0)
+    parser.add_argument("--failures", type=int, default=3)
+    parser.add_argument("--no-stop", action="store_true", help="watch only: report, do not stop the rank")
+    return parser
+
+
+def main(argv=None):
+    args = _argument_parser().parse_args(argv)
+    api = None
+    if args.api_url:
+        if not args.model:
+            print("engine_health: --api-url needs --model", file=sys.stderr)
+            return EXIT_FAILURE
+        api = {
+            "base_url": args.api_url, "model": args.model, "prompt": args.prompt, "expect": args.expect,
+            "max_tokens": args.max_tokens, "api_key": _read_secret(args.secrets_file), "timeout": args.timeout,
+        }
+    if args.watch:
+        if api is None:
+            print("engine_health: --watch needs --api-url", file=sys.stderr)
+            return EXIT_FAILURE
+        reason = watch(args.unit, api, args.interval, args.failures, not args.no_stop)
+        return EXIT_FAILURE if reason else 0
+    print(json.dumps(probe(args.unit, api, wait=args.wait), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

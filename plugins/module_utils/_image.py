@@ -1,0 +1,106 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Pinned engine image references, the local name a loaded image gets, and
+reading ``docker image inspect``."""
+
+from __future__ import annotations
+
+import json
+import re
+
+# A reference as Docker parses it, restricted to the digest-pinned forms:
+# [registry[:port]/]path[:tag]@sha256:<64 hex>.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REGISTRY = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?)"
+REF_PATTERN = re.compile(
+    r"^(?:(?P<registry>%s)/)?(?P<path>%s(?:/%s)*)(?::(?P<tag>[\w][\w.-]{0,127}))?@(?P<digest>sha256:[0-9a-f]{64})$"
+    % (_REGISTRY, _COMPONENT, _COMPONENT)
+)
+DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
+DEFAULT_LOCAL_REPOSITORY = "dgxspark/engine"
+
+
+def _is_registry(first):
+    # Docker's rule: the first component names a registry only when it has a
+    # dot or a port or is "localhost"; otherwise it is part of the path.
+    return "." in first or ":" in first or first == "localhost"
+
+
+def parse_ref(ref):
+    """Split a digest-pinned reference; raise ValueError saying what is wrong."""
+    if not isinstance(ref, str) or not ref:
+        raise ValueError("expected a reference like registry/repo@sha256:<64 hex>, got %r" % (ref,))
+    if "@" not in ref:
+        raise ValueError(
+            "%r is not pinned by digest: expected registry/repo@sha256:<64 hex> (or repo:tag@sha256:...); "
+            "a tag alone can move" % ref
+        )
+    name, _, digest = ref.rpartition("@")
+    if not DIGEST_PATTERN.fullmatch(digest):
+        raise ValueError("%r: the digest %r is not sha256: followed by 64 lowercase hex digits" % (ref, digest))
+    match = REF_PATTERN.match(ref)
+    if not match:
+        raise ValueError(
+            "%r: %r is not a valid image name (lowercase path components, optional registry host[:port] "
+            "and :tag)" % (ref, name)
+        )
+    registry, path = match.group("registry"), match.group("path")
+    if registry and not _is_registry(registry):
+        if not re.fullmatch(_COMPONENT, registry):
+            raise ValueError("%r: path component %r must be lowercase" % (ref, registry))
+        path, registry = registry + "/" + path, None
+    return {
+        "ref": ref,
+        "registry": registry,
+        "path": path,
+        "tag": match.group("tag"),
+        "digest": digest,
+        "short": digest[len("sha256:"):][:12],
+    }
+
+
+def local_ref(ref, repository=DEFAULT_LOCAL_REPOSITORY):
+    """The stable local name of the image of a pinned reference: a tag keeps a
+    loaded image (which has no repo digest) out of ``docker image prune``."""
+    return "%s:%s" % (repository, parse_ref(ref)["short"])
+
+
+def mirror_ref(ref, mirror):
+    """The same digest through a registry mirror that proxies the upstream
+    registry: the upstream registry host is replaced by the mirror's."""
+    if not mirror:
+        return ref
+    mirror = mirror.rstrip("/")
+    if "://" in mirror:
+        raise ValueError("registry mirror %r must be host[:port][/prefix], without a scheme" % mirror)
+    parts = parse_ref(ref)
+    return "%s/%s@%s" % (mirror, parts["path"], parts["digest"])
+
+
+def parse_inspect(rc, stdout, stderr):
+    """None when the image is absent, else its Id, Size, RepoTags and
+    RepoDigests; raise RuntimeError when docker itself failed."""
+    if rc != 0:
+        if "no such image" in (stderr or "").lower() or "no such object" in (stderr or "").lower():
+            return None
+        raise RuntimeError("docker image inspect exited %d: %s" % (rc, (stderr or stdout or "").strip()))
+    try:
+        data = json.loads(stdout)
+    except ValueError as exc:
+        raise RuntimeError("docker image inspect printed no JSON (%s): %.200s" % (exc, stdout))
+    if not data:
+        return None
+    image = data[0]
+    return {
+        "id": image.get("Id"),
+        "size": int(image.get("Size") or 0),
+        "repo_tags": list(image.get("RepoTags") or []),
+        "repo_digests": list(image.get("RepoDigests") or []),
+        "layers": list((image.get("RootFS") or {}).get("Layers") or []),
+    }
+
+
+def required_free_bytes(image_size, factor, headroom_bytes):
+    """Space a ``docker load`` of an image needs: the daemon unpacks the
+    archive into its temporary directory before it registers the layers."""
+    return int(image_size * factor + headroom_bytes)

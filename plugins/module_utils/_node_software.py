@@ -1,0 +1,158 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Pure helpers behind the nvidia_driver and container_runtime roles: judge the driver a
+node answers with, and build Docker's daemon.json from the inventory's options.
+
+Standard library only, so the logic is unit-tested without Ansible.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+_DRIVER_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+
+# Keys of daemon.json the roles own; the inventory may not set them in its free-form options.
+OWNED_KEYS = ("live-restore", "default-ulimits")
+ULIMIT_NAMES = ("memlock", "nofile", "stack")
+
+
+class NodeSoftwareError(ValueError):
+    """An input the roles cannot work with; the message names the variable to change."""
+
+
+def parse_driver_version(text, variable="nvidia_driver_min_version"):
+    """'580.95.05' -> (580, 95, 5); anything else is refused naming O(variable)."""
+    text = str(text).strip()
+    if not _DRIVER_VERSION_RE.match(text):
+        raise NodeSoftwareError(
+            "%s=%r is not a driver version; expected dot-separated numbers such as 580.95.05" % (variable, text)
+        )
+    return tuple(int(part) for part in text.split("."))
+
+
+def driver_verdict(gpu_facts, min_version):
+    """Judge the driver a node answers with against the pinned minimum.
+
+    O(gpu_facts) is the ansible_facts of dgxspark.cluster.gpu_facts (or hostvars of a host).
+    Returns a dict with C(state) (V(ok), V(missing) or V(old)), C(found) (the version or
+    None), C(expected) (the minimum) and C(message) for humans.
+    """
+    parse_driver_version(min_version)
+    present = bool(gpu_facts.get("dgxspark_gpu_present"))
+    found = gpu_facts.get("dgxspark_gpu_driver_version") if present else None
+    verdict = {"found": found, "expected": str(min_version)}
+    if not found:
+        verdict.update(state="missing", message="no NVIDIA driver answers (nvidia-smi is missing or fails)")
+        return verdict
+    if parse_driver_version(found, "the driver version nvidia-smi reports") < parse_driver_version(min_version):
+        verdict.update(state="old", message="the driver answers %s, older than %s" % (found, min_version))
+        return verdict
+    verdict.update(state="ok", message="the driver answers %s, at least %s" % (found, min_version))
+    return verdict
+
+
+def _ulimit_entry(name, limit):
+    if not isinstance(limit, dict) or set(limit) - {"soft", "hard"} or "soft" not in limit or "hard" not in limit:
+        raise NodeSoftwareError(
+            "container_runtime_ulimits.%s=%r; expected a dict with soft and hard (whole numbers, -1 for unlimited)"
+            % (name, limit)
+        )
+    values = {}
+    for key in ("soft", "hard"):
+        value = limit[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            raise NodeSoftwareError(
+                "container_runtime_ulimits.%s.%s=%r; expected a whole number, -1 for unlimited" % (name, key, value)
+            )
+        values[key] = value
+    soft, hard = values["soft"], values["hard"]
+    if hard != -1 and (soft == -1 or soft > hard):
+        raise NodeSoftwareError(
+            "container_runtime_ulimits.%s has soft %s above hard %s; expected soft <= hard" % (name, soft, hard)
+        )
+    return {"Name": name, "Soft": soft, "Hard": hard}
+
+
+def daemon_config(options, runtime_path, ulimits, default_runtime=""):
+    """Docker's daemon.json: the inventory's O(options) with the keys the cluster relies on.
+
+    The nvidia runtime (at O(runtime_path)) is added next to any runtimes in O(options);
+    C(live-restore) is forced on so that restarting dockerd leaves running containers alone;
+    C(default-ulimits) comes from O(ulimits) (name -> soft/hard) and must hold memlock,
+    nofile and stack. O(default_runtime), when set, must name a configured runtime.
+    """
+    if not isinstance(options, dict):
+        raise NodeSoftwareError(
+            "container_runtime_daemon_options=%r; expected a dict of daemon.json keys" % (options,)
+        )
+    for key in OWNED_KEYS:
+        if key in options:
+            raise NodeSoftwareError(
+                "container_runtime_daemon_options sets %r; the role owns it (set container_runtime_ulimits for "
+                "default-ulimits; live-restore is always true)" % key
+            )
+    if not runtime_path or not isinstance(runtime_path, str):
+        raise NodeSoftwareError(
+            "container_runtime_nvidia_runtime_path=%r; expected the nvidia-container-runtime path" % (runtime_path,)
+        )
+    if not isinstance(ulimits, dict):
+        raise NodeSoftwareError("container_runtime_ulimits=%r; expected a dict name -> {soft, hard}" % (ulimits,))
+    missing = [name for name in ULIMIT_NAMES if name not in ulimits]
+    if missing:
+        raise NodeSoftwareError(
+            "container_runtime_ulimits lacks %s; expected soft/hard for each of %s"
+            % (", ".join(missing), ", ".join(ULIMIT_NAMES))
+        )
+    config = copy.deepcopy(options)
+    runtimes = config.get("runtimes", {})
+    if not isinstance(runtimes, dict):
+        raise NodeSoftwareError(
+            "container_runtime_daemon_options.runtimes=%r; expected a dict name -> {path}" % (runtimes,)
+        )
+    nvidia = dict(runtimes.get("nvidia") or {})
+    nvidia["path"] = runtime_path
+    runtimes["nvidia"] = nvidia
+    config["runtimes"] = runtimes
+    config["live-restore"] = True
+    config["default-ulimits"] = {name: _ulimit_entry(name, ulimits[name]) for name in sorted(ulimits)}
+    if default_runtime:
+        if default_runtime not in runtimes and default_runtime not in ("runc", "io.containerd.runc.v2"):
+            raise NodeSoftwareError(
+                "container_runtime_default_runtime=%r names no runtime; expected one of %s"
+                % (default_runtime, ", ".join(sorted(set(runtimes) | {"runc"})))
+            )
+        config["default-runtime"] = default_runtime
+    return config
+
+
+def docker_runtimes_problems(runtimes, expected="nvidia"):
+    """Problems with the runtimes `docker info` lists (its .Runtimes as a dict); [] when fine."""
+    if not isinstance(runtimes, dict):
+        return ["docker info listed runtimes %r; expected a JSON object" % (runtimes,)]
+    if expected not in runtimes:
+        return ["docker info lists runtimes %s; expected %s among them" % (", ".join(sorted(runtimes)) or "none", expected)]
+    return []
+
+
+def gpu_check_problems(container_output, gpu_facts):
+    """Compare what nvidia-smi printed inside a container (name, driver_version lines)
+    with the host's gpu_facts; [] when each host GPU is seen with the same name and driver."""
+    lines = [line.strip() for line in str(container_output).splitlines() if line.strip()]
+    seen = []
+    for line in lines:
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) != 2:
+            return ["the container printed %r; expected 'name, driver_version' lines" % line]
+        seen.append(tuple(parts))
+    expected = [(gpu.get("name"), gpu.get("driver_version")) for gpu in gpu_facts.get("dgxspark_gpus", [])]
+    if not expected:
+        return ["the host lists no GPU (gpu_facts); expected at least one"]
+    if seen != expected:
+        return [
+            "the container sees %s; the host's nvidia-smi reports %s"
+            % ("; ".join("%s driver %s" % gpu for gpu in seen) or "no GPU", "; ".join("%s driver %s" % gpu for gpu in expected))
+        ]
+    return []

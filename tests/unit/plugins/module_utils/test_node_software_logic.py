@@ -1,0 +1,189 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils._node_software import (
+    NodeSoftwareError,
+    daemon_config,
+    docker_runtimes_problems,
+    driver_verdict,
+    gpu_check_problems,
+    parse_driver_version,
+)
+
+LIMITS = {
+    "memlock": {"soft": -1, "hard": -1},
+    "nofile": {"soft": 1048576, "hard": 1048576},
+    "stack": {"soft": 67108864, "hard": 67108864},
+}
+
+
+def facts(version, present=True):
+    return {
+        "dgxspark_gpu_present": present,
+        "dgxspark_gpu_driver_version": version,
+        "dgxspark_gpus": [{"name": "NVIDIA GB10", "driver_version": version}] if present else [],
+    }
+
+
+@pytest.mark.parametrize(
+    "text, parts",
+    [("580.95.05", (580, 95, 5)), ("580", (580,)), (" 575.51.03 ", (575, 51, 3))],
+)
+def test_driver_versions_parse_to_numbers(text, parts):
+    assert parse_driver_version(text) == parts
+
+
+@pytest.mark.parametrize("text", ["", "580.95.05-0ubuntu1", "r580", "580..1", None])
+def test_malformed_versions_are_refused_naming_the_variable(text):
+    with pytest.raises(NodeSoftwareError, match="nvidia_driver_min_version"):
+        parse_driver_version(text)
+
+
+@pytest.mark.parametrize(
+    "found, state",
+    [
+        ("580.95.05", "ok"),
+        ("580.126.09", "ok"),  # 126 > 95 as numbers, though not as text
+        ("581.0", "ok"),
+        ("580.82.07", "old"),
+        ("580.9.99", "old"),
+        ("575.51.03", "old"),
+    ],
+)
+def test_verdict_compares_versions_as_numbers(found, state):
+    verdict = driver_verdict(facts(found), "580.95.05")
+    assert verdict["state"] == state
+    assert verdict["found"] == found
+    assert verdict["expected"] == "580.95.05"
+    assert found in verdict["message"]
+
+
+def test_no_gpu_means_missing():
+    verdict = driver_verdict(facts(None, present=False), "580.95.05")
+    assert verdict == {
+        "found": None,
+        "expected": "580.95.05",
+        "state": "missing",
+        "message": "no NVIDIA driver answers (nvidia-smi is missing or fails)",
+    }
+
+
+def test_verdict_of_empty_facts_is_missing():
+    assert driver_verdict({}, "580.95.05")["state"] == "missing"
+
+
+def test_verdict_refuses_a_bad_minimum():
+    with pytest.raises(NodeSoftwareError, match="nvidia_driver_min_version='latest'"):
+        driver_verdict(facts("580.95.05"), "latest")
+
+
+def test_daemon_config_adds_the_required_keys_to_the_options():
+    options = {"storage-driver": "overlay2", "insecure-registries": ["192.168.99.5:5000"]}
+    config = daemon_config(options, "nvidia-container-runtime", LIMITS)
+    assert config == {
+        "storage-driver": "overlay2",
+        "insecure-registries": ["192.168.99.5:5000"],
+        "runtimes": {"nvidia": {"path": "nvidia-container-runtime"}},
+        "live-restore": True,
+        "default-ulimits": {
+            "memlock": {"Name": "memlock", "Soft": -1, "Hard": -1},
+            "nofile": {"Name": "nofile", "Soft": 1048576, "Hard": 1048576},
+            "stack": {"Name": "stack", "Soft": 67108864, "Hard": 67108864},
+        },
+    }
+    assert options == {"storage-driver": "overlay2", "insecure-registries": ["192.168.99.5:5000"]}
+
+
+def test_daemon_config_keeps_other_runtimes_and_runtime_args():
+    options = {"runtimes": {"crun": {"path": "/usr/bin/crun"}, "nvidia": {"path": "/old", "runtimeArgs": []}}}
+    config = daemon_config(options, "/usr/bin/nvidia-container-runtime", LIMITS)
+    assert config["runtimes"] == {
+        "crun": {"path": "/usr/bin/crun"},
+        "nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []},
+    }
+    assert options["runtimes"]["nvidia"]["path"] == "/old"
+
+
+def test_daemon_config_sets_a_default_runtime_that_exists():
+    assert daemon_config({}, "nvidia-container-runtime", LIMITS, "nvidia")["default-runtime"] == "nvidia"
+    assert "default-runtime" not in daemon_config({}, "nvidia-container-runtime", LIMITS, "")
+    with pytest.raises(NodeSoftwareError, match="container_runtime_default_runtime='kata'"):
+        daemon_config({}, "nvidia-container-runtime", LIMITS, "kata")
+
+
+@pytest.mark.parametrize("key", ["live-restore", "default-ulimits"])
+def test_options_may_not_set_keys_the_role_owns(key):
+    with pytest.raises(NodeSoftwareError, match="container_runtime_daemon_options sets '%s'" % key):
+        daemon_config({key: False}, "nvidia-container-runtime", LIMITS)
+
+
+@pytest.mark.parametrize(
+    "ulimits, match",
+    [
+        ({"memlock": {"soft": -1, "hard": -1}}, "lacks nofile, stack"),
+        (dict(LIMITS, stack={"soft": 1}), r"container_runtime_ulimits.stack="),
+        (dict(LIMITS, nofile={"soft": "1024", "hard": 1024}), r"container_runtime_ulimits.nofile.soft='1024'"),
+        (dict(LIMITS, nofile={"soft": True, "hard": 1024}), r"nofile.soft=True"),
+        (dict(LIMITS, memlock={"soft": -2, "hard": -1}), r"memlock.soft=-2"),
+        (dict(LIMITS, nofile={"soft": 4096, "hard": 1024}), "soft 4096 above hard 1024"),
+        (dict(LIMITS, memlock={"soft": -1, "hard": 8388608}), "soft -1 above hard 8388608"),
+        ([], "expected a dict name"),
+    ],
+)
+def test_bad_ulimits_are_refused_naming_the_variable(ulimits, match):
+    with pytest.raises(NodeSoftwareError, match=match):
+        daemon_config({}, "nvidia-container-runtime", ulimits)
+
+
+def test_simulation_ulimits_pass():
+    limits = dict(LIMITS, memlock={"soft": 8388608, "hard": 8388608})
+    config = daemon_config({}, "nvidia-container-runtime", limits)
+    assert config["default-ulimits"]["memlock"] == {"Name": "memlock", "Soft": 8388608, "Hard": 8388608}
+
+
+@pytest.mark.parametrize(
+    "options, path, match",
+    [
+        ([], "nvidia-container-runtime", "container_runtime_daemon_options=\\[\\]"),
+        ({"runtimes": ["nvidia"]}, "nvidia-container-runtime", "container_runtime_daemon_options.runtimes="),
+        ({}, "", "container_runtime_nvidia_runtime_path=''"),
+    ],
+)
+def test_bad_options_are_refused(options, path, match):
+    with pytest.raises(NodeSoftwareError, match=match):
+        daemon_config(options, path, LIMITS)
+
+
+def test_runtimes_problems():
+    assert docker_runtimes_problems({"runc": {"path": "runc"}, "nvidia": {"path": "nvidia-container-runtime"}}) == []
+    assert docker_runtimes_problems({"runc": {}, "io.containerd.runc.v2": {}}) == [
+        "docker info lists runtimes io.containerd.runc.v2, runc; expected nvidia among them"
+    ]
+    assert docker_runtimes_problems({}) == ["docker info lists runtimes none; expected nvidia among them"]
+    assert docker_runtimes_problems(None)[0].startswith("docker info listed runtimes None")
+
+
+def test_gpu_check_agrees_with_the_host():
+    assert gpu_check_problems("NVIDIA GB10, 580.95.05\n", facts("580.95.05")) == []
+
+
+def test_gpu_check_reports_another_driver_in_the_container():
+    assert gpu_check_problems("NVIDIA GB10, 580.82.07\n", facts("580.95.05")) == [
+        "the container sees NVIDIA GB10 driver 580.82.07; the host's nvidia-smi reports NVIDIA GB10 driver 580.95.05"
+    ]
+
+
+def test_gpu_check_reports_no_gpu_and_odd_output():
+    assert gpu_check_problems("", facts("580.95.05")) == [
+        "the container sees no GPU; the host's nvidia-smi reports NVIDIA GB10 driver 580.95.05"
+    ]
+    assert gpu_check_problems("sh: nvidia-smi: not found", facts("580.95.05")) == [
+        "the container printed 'sh: nvidia-smi: not found'; expected 'name, driver_version' lines"
+    ]
+    assert gpu_check_problems("NVIDIA GB10, 580.95.05", {}) == [
+        "the host lists no GPU (gpu_facts); expected at least one"
+    ]

