@@ -26,7 +26,11 @@ dgxspark_require_docker() {
   fi
 }
 
+# The node image, and what the simulated cluster's engine needs (the vLLM CPU
+# runtime, the tiny model, the engine image stand-ins): each is built once and
+# reused while its inputs are unchanged.
 dgxspark_node_image() {
   DGXSPARK_NODE_IMAGE=$("$DGXSPARK_ROOT/tools/node-image")
   export DGXSPARK_NODE_IMAGE
+  "$DGXSPARK_ROOT/tools/sim-assets" all
 }
