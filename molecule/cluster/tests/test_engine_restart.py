@@ -1,13 +1,16 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """restart.yml on the serving cluster: an upgrade with a short serving gap,
-a version that never serves rolled back, a worker that cannot start, and a
-rank killed while serving. The tests run in order and end with the cluster
-serving the inventory's version again."""
+a version that never serves rolled back, a worker that cannot start (every
+rank stopped, every journal collected, the previous version back), and a
+rank killed while serving. The tests run in order and end with site.yml
+bringing the cluster back to the inventory's version."""
 
 from __future__ import annotations
 
+import re
 import time
+
 from helpers import (
     ROOT,
     ServingMonitor,
@@ -79,25 +82,31 @@ def test_a_new_version_that_never_serves_is_rolled_back():
 
 
 def test_a_worker_that_cannot_start_stops_every_rank_and_its_journal_is_collected(tmp_path):
+    serving = {host: deployed_record(host)["version"] for host in HOSTS}
     override = tmp_path / "override.yml"
     override.write_text("dgxspark_cluster:\n  hosts:\n    spark3:\n      engine_service_extra_mounts:\n"
                         "        - {src: /opt/dgxspark-sim/no-such-runtime, dest: /opt/vllm-runtime}\n")
-    result = run_playbook("restart.yml", "-i", str(override), extra_vars=dict(V2, engine_service_rollback=False))
+    since = node_state("spark1", "date -u '+%F %T'").strip()
+    result = run_playbook("restart.yml", "-i", str(override), extra_vars=V2)
     out = flat(result.stdout)
     assert result.returncode != 0
-    assert "spark3: unit dgxspark-engine.service is failed" in out and "All ranks are stopped" in out, out[-3000:]
-    assert [unit_state(host) for host in HOSTS] == ["inactive"] * 4 or all(
-        unit_state(host) in ("inactive", "failed") for host in HOSTS)
-    logs = sorted((ROOT / "reports" / "engine").glob("spark3-*.log"))
-    assert logs and "no-such-runtime" in logs[-1].read_text()
-    assert all(list((ROOT / "reports" / "engine").glob("%s-*.log" % host)) for host in HOSTS)
-
-
-def test_restart_brings_back_the_inventory_version():
-    result = run_playbook("restart.yml")
-    assert result.returncode == 0, flat(result.stdout)[-3000:]
+    assert "spark3: unit dgxspark-engine.service is failed" in out and "Rolled back from" in out, out[-3000:]
+    failed = re.search(r"spark1: version (\w+) did not come up healthy", out).group(1)
+    # Every rank of the failed version was stopped, not only the one that failed...
+    for host in ("spark1", "spark2", "spark4"):
+        version = re.search(r"%s: version (\w+) did not come up healthy" % host, out).group(1)
+        journal = node_state(host, "journalctl -u dgxspark-engine.service --since '%s' --no-pager -o cat" % since)
+        events = [line for line in journal.splitlines() if line.startswith(("Started dgxspark-engine", "Stopped dgxspark-engine"))]
+        started = [i for i, line in enumerate(events) if line.startswith("Started") and "version %s)" % version in line]
+        assert started and events[started[0] + 1].startswith("Stopped"), events
+    # ...each rank's journal of the failed start reached the controller...
+    logs = {host: sorted((ROOT / "reports" / "engine").glob("%s-*.log" % host), key=lambda path: path.stat().st_mtime)
+            for host in HOSTS}
+    assert all(logs.values()) and "no-such-runtime" in logs["spark3"][-1].read_text()
+    assert failed in logs["spark1"][-1].name
+    # ...and the version that served before serves again.
+    assert {host: deployed_record(host)["version"] for host in HOSTS} == serving
     assert [unit_state(host) for host in HOSTS] == ["active"] * 4
-    assert node_state("spark1", "docker exec dgxspark-engine cat /etc/dgxspark-sim-engine-version").strip() == "v1"
     assert completion()[0] == 200
 
 
@@ -114,8 +123,10 @@ def test_a_rank_killed_while_serving_stops_the_cluster_and_is_reported():
     watchdogs = {host: node_state(host, "journalctl -u dgxspark-engine-watchdog.service --no-pager -o cat | tail -n 5")
                  for host in ("spark2", "spark4")}
     assert all("half-alive" in text for text in watchdogs.values()), watchdogs
-    # site.yml sees ranks down and starts them again, coordinated.
+    # site.yml sees ranks down and starts the inventory's version, coordinated.
     result = run_playbook("site.yml")
     assert result.returncode == 0, flat(result.stdout)[-3000:]
+    assert [unit_state(host) for host in HOSTS] == ["active"] * 4
+    assert node_state("spark1", "docker exec dgxspark-engine cat /etc/dgxspark-sim-engine-version").strip() == "v1"
     assert completion()[0] == 200
     assert run_playbook("status.yml").returncode == 0
