@@ -79,6 +79,7 @@ def test_a_missing_or_foreign_image_is_named_and_repaired():
     assert repaired.returncode == 0, out[-3000:]
     assert "%s streamed " % SOURCE in out and "bytes to 2 node(s)" in out, out[-3000:]
     assert {host: image_id(host, ref) for host in HOSTS} == dict.fromkeys(HOSTS, wanted)
+    node_state("spark4", "docker image prune --force >/dev/null")
 
 
 def test_an_interrupted_weight_sync_resumes_from_the_partial_file():

@@ -97,7 +97,7 @@ def gpu_check_image(host):
     image = settings().get("container_runtime_gpu_check_image")
     if image:
         return image
-    ids = host.check_output("docker images -q").split()
+    ids = host.check_output("docker images -q dgxspark/engine").split()
     if not ids:
         pytest.fail("no image on the node to run the GPU check in; set container_runtime_gpu_check_image")
     return ids[0]

@@ -25,7 +25,7 @@ REFUSALS = [
     ),
     (
         {"preflight_disk_requirements": [{"path": "/srv/models", "min_free_gb": 10**6}]},
-        r"spark\d: [\d.]+ GB free on the filesystem holding /srv/models \(measured at /\w*\); 1000000 GB is required \(preflight_disk_requirements\)",
+        r"spark\d: [\d.]+ GB free on the filesystem holding /srv/models \(measured at /[\w/]*\); 1000000 GB is required \(preflight_disk_requirements\)",
     ),
     (
         {"preflight_supported_systems": [{"distribution": "Ubuntu", "version": "24.04"}]},
