@@ -259,16 +259,21 @@ def new_hasher(kind, size):
     return None
 
 
-def file_digest(path, kind, size, chunk_bytes=CHUNK_BYTES):
-    hasher = new_hasher(kind, size)
-    if hasher is None:
-        return None
+def _feed(hasher, path, chunk_bytes):
+    """Hash the whole file at O(path) into O(hasher)."""
     with open(path, "rb") as handle:
         while True:
             block = handle.read(chunk_bytes)
             if not block:
                 break
             hasher.update(block)
+
+
+def file_digest(path, kind, size, chunk_bytes=CHUNK_BYTES):
+    hasher = new_hasher(kind, size)
+    if hasher is None:
+        return None
+    _feed(hasher, path, chunk_bytes)
     return hasher.hexdigest()
 
 
@@ -391,12 +396,7 @@ def download_file(client, repo_id, sha, root, entry, chunk_bytes=CHUNK_BYTES, pr
             offset = 0
     hasher = new_hasher(kind, size)
     if offset and hasher is not None:
-        with open(temp, "rb") as handle:
-            while True:
-                block = handle.read(chunk_bytes)
-                if not block:
-                    break
-                hasher.update(block)
+        _feed(hasher, temp, chunk_bytes)
     received = 0
     resumed_from = offset
     if offset < size or size == 0:
