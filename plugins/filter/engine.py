@@ -17,6 +17,11 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_health im
     EngineHealthError,
     cluster_verdict,
 )
+from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_timeline import (
+    EngineTimelineError,
+    format_timeline,
+    start_timeline,
+)
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
 
@@ -31,4 +36,6 @@ class FilterModule:
             "engine_container_argv": as_filter(container_argv, EngineConfigError),
             "engine_env_file": as_filter(env_file_text, EngineConfigError),
             "engine_cluster_verdict": as_filter(cluster_verdict, EngineHealthError),
+            "engine_start_timeline": as_filter(start_timeline, EngineTimelineError),
+            "engine_start_timeline_text": as_filter(format_timeline, EngineTimelineError),
         }

@@ -10,6 +10,12 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._node_software im
     driver_verdict,
     gpu_check_problems,
 )
+from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state import (
+    NodeStateError,
+    file_set_pending,
+    parse_read,
+    read_argv,
+)
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
 
@@ -20,4 +26,7 @@ class FilterModule:
             "container_runtime_daemon_config": as_filter(daemon_config, NodeSoftwareError),
             "container_runtime_runtimes_problems": as_filter(docker_runtimes_problems, NodeSoftwareError),
             "container_runtime_gpu_check_problems": as_filter(gpu_check_problems, NodeSoftwareError),
+            "node_state_read_argv": as_filter(read_argv, NodeStateError),
+            "node_state": as_filter(parse_read, NodeStateError),
+            "node_file_set_pending": as_filter(file_set_pending, NodeStateError),
         }

@@ -6,16 +6,29 @@ A TP=4 cluster is healthy only when every rank's unit runs and the head
 answers a real completion: after a rank dies, vLLM's /health can still
 answer 200 while every completion fails, so /health alone proves nothing.
 
-One implementation with three callers, run on the node's system Python
+One implementation with four callers, run on the node's system Python
 (standard library only, through an explicit interpreter, ``python3 FILE``):
 
 * the coordinated start: every rank reports its unit and, waiting up to
-  ``--wait`` seconds, whether the head answers (``probe``);
-* the engine watchdog beside each rank's unit: once the cluster has served,
-  it stops the local rank after ``--failures`` failed probes in a row, so a
-  cluster that lost a rank is stopped everywhere rather than left half-alive
-  (``watch``);
+  ``--wait`` seconds, whether the head answers (``probe``, looking every
+  ``--poll`` seconds);
+* the engine watchdog beside the head's unit: it sends a checked completion
+  every ``--interval`` seconds and, once the cluster has served, stops the
+  head after ``--failures`` failed completions in a row, so a cluster that
+  lost a rank is stopped rather than left half-alive (``watch``);
+* the engine watchdog beside every other rank's unit: it only looks whether
+  the head's API port accepts a TCP connection and, once it has, stops its
+  rank after ``--failures`` refused or timed-out looks in a row (``follow``);
 * the status playbook (``probe`` with ``--wait 0``).
+
+The head's watchdog is the cluster's one prober. A completion is real work
+for every rank and shows in the engine's metrics, so one per watchdog and
+interval would keep an idle cluster busy and skew its benchmarks. The
+followers need no completion of their own: a head that wedges or loses a
+rank fails its watchdog's completions and is stopped by it, and a head that
+dies stops as well; either way its API port closes, which is what the
+followers see. Their connection is closed unused, so the engine neither
+logs nor counts it.
 
 The controller side (``cluster_verdict``) turns the ranks' probes into one
 verdict.
@@ -26,10 +39,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 EXIT_FAILURE = 2
@@ -105,6 +120,26 @@ def api_answers(base_url, model, prompt, expect, max_tokens, api_key=None, timeo
     return {"ready": True, "detail": "a completion answered %r" % text, "text": text}
 
 
+def api_address(base_url):
+    """(host, port) of the API at O(base_url), with the scheme's port when the
+    URL names none."""
+    parts = urllib.parse.urlsplit(base_url)
+    if not parts.hostname:
+        raise EngineHealthError("the API URL %r names no host" % (base_url,))
+    return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def port_accepts(host, port, timeout):
+    """One look at a TCP port: {"ready": bool, "detail": str}. The connection
+    is closed before anything is sent, so no request reaches the server."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        return {"ready": False, "detail": "port %d of %s: %s" % (port, host, exc)}
+    return {"ready": True, "detail": "port %d of %s accepts connections" % (port, host)}
+
+
 def unit_state(unit, systemctl="systemctl"):
     """ActiveState, SubState and Result of a systemd unit."""
     result = subprocess.run(
@@ -122,10 +157,10 @@ def unit_state(unit, systemctl="systemctl"):
     }
 
 
-def probe(unit, api, wait=0.0, interval=3.0, clock=time.monotonic, sleep=time.sleep, look=None, units=None):
+def probe(unit, api, wait=0.0, interval=2.0, clock=time.monotonic, sleep=time.sleep, look=None, units=None):
     """Report this rank's unit and, when O(api) is given, whether the head
-    answers; with O(wait), keep looking until it answers, the unit stops, or
-    O(wait) seconds pass."""
+    answers; with O(wait), keep looking every O(interval) seconds until it
+    answers, the unit stops, or O(wait) seconds pass."""
     look = look or (lambda: api_answers(**api))
     units = units or (lambda: unit_state(unit))
     deadline = clock() + wait
@@ -144,16 +179,20 @@ def probe(unit, api, wait=0.0, interval=3.0, clock=time.monotonic, sleep=time.sl
         sleep(min(interval, max(0.0, deadline - clock())))
 
 
-def watch(unit, api, interval, failures, stop, clock=time.monotonic, sleep=time.sleep, look=None, units=None, log=None):
-    """Watch a rank while it runs: once the API has answered, O(failures)
-    failed looks in a row stop the rank (when O(stop)) and return the reason.
-    Returns None when the unit stops by itself."""
-    look = look or (lambda: api_answers(**api))
-    units = units or (lambda: unit_state(unit))
-    log = log or (lambda message: print(message, flush=True))
+def _log(message):
+    print(message, flush=True)
+
+
+def _guard(unit, look, interval, failures, stop, clock, sleep, units, log):
+    """The loop of a watchdog: O(look) every O(interval) seconds while O(unit)
+    runs. Once a look has been ready, O(failures) looks in a row that are not
+    stop the rank (when O(stop)) and return the reason; returns None when the
+    unit stops by itself. Logs state changes only, never a healthy look."""
     served = False
     failed = 0
     while True:
+        # Looks start every interval, however long a look itself takes.
+        next_look = clock() + interval
         state = units()
         if state["active"] != UNIT_ACTIVE:
             log("unit %s is %s; watchdog ends" % (unit, state["active"]))
@@ -167,13 +206,43 @@ def watch(unit, api, interval, failures, stop, clock=time.monotonic, sleep=time.
             failed += 1
             log("look %d of %d failed: %s" % (failed, failures, answer["detail"]))
             if failed >= failures:
-                reason = "the cluster stopped serving (%s); stopping rank unit %s so that no rank is left half-alive" % (
-                    answer["detail"], unit)
+                reason = ("the cluster stopped serving (%s); stopping rank unit %s so that no rank is left half-alive"
+                          % (answer["detail"], unit))
                 log(reason)
                 if stop:
                     subprocess.run(["systemctl", "stop", "--no-block", unit], check=False)
                 return reason
-        sleep(interval)
+        sleep(max(0.0, next_look - clock()))
+
+
+def watch(unit, api, interval, failures, stop, clock=time.monotonic, sleep=time.sleep, look=None, units=None, log=None):
+    """The head's watchdog: a checked completion every O(interval) seconds;
+    once the API has answered, O(failures) failed completions in a row stop
+    the rank (when O(stop)) and return the reason. Returns None when the unit
+    stops by itself."""
+    log = log or _log
+    log("watchdog of %s: a checked completion every %g s; once the engine has served, %d failed looks in a row"
+        " stop the unit" % (unit, interval, failures))
+    return _guard(unit, look or (lambda: api_answers(**api)), interval, failures, stop, clock, sleep,
+                  units or (lambda: unit_state(unit)), log)
+
+
+def follow(unit, address, interval, failures, stop, timeout=30.0, clock=time.monotonic, sleep=time.sleep,
+           connect=None, units=None, log=None):
+    """The watchdog of a rank that is not the head: every O(interval) seconds,
+    whether the head's API port at O(address) (host, port) accepts a TCP
+    connection; once it has, O(failures) refused or timed-out looks in a row
+    stop the rank (when O(stop)) and return the reason. Returns None when the
+    unit stops by itself."""
+    host, port = address
+    # A head that takes longer than an interval to accept has failed the look;
+    # waiting longer would only slow the count of failures.
+    connect_timeout = min(timeout, interval)
+    log = log or _log
+    log("watchdog of %s: looks at port %d of the head %s every %g s; once it has accepted, %d failed looks in a row"
+        " stop the unit" % (unit, port, host, interval, failures))
+    return _guard(unit, connect or (lambda: port_accepts(host, port, connect_timeout)), interval, failures, stop,
+                  clock, sleep, units or (lambda: unit_state(unit)), log)
 
 
 def cluster_verdict(probes, head):
@@ -211,38 +280,51 @@ def _argument_parser():
     parser = argparse.ArgumentParser(prog="engine_health", description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--unit", required=True, help="the rank's systemd unit")
     parser.add_argument("--api-url", help="the head's API, e.g. http://10.0.0.11:8000; omit to report the unit only")
-    parser.add_argument("--model", help="served model name")
+    parser.add_argument("--model", help="served model name; needed to probe or watch the API")
     parser.add_argument("--prompt", default="1 + 1 =")
     parser.add_argument("--expect", default=".", help="regular expression the completion must match")
     parser.add_argument("--max-tokens", type=int, default=4)
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds per HTTP request; follow: per TCP connect, at most --interval")
     parser.add_argument("--secrets-file", help="environment file holding VLLM_API_KEY (read, never printed)")
     parser.add_argument("--wait", type=float, default=0.0, help="probe: seconds to keep looking for an answer")
-    parser.add_argument("--watch", action="store_true", help="watch the rank until its unit stops")
-    parser.add_argument("--interval", type=float, default=15.0)
-    parser.add_argument("--failures", type=int, default=3)
-    parser.add_argument("--no-stop", action="store_true", help="watch only: report, do not stop the rank")
+    parser.add_argument("--poll", type=float, default=2.0, help="probe: seconds between looks while waiting")
+    watchdog = parser.add_mutually_exclusive_group()
+    watchdog.add_argument("--watch", action="store_true",
+                          help="the head's watchdog: a checked completion per interval until the unit stops")
+    watchdog.add_argument("--follow", action="store_true",
+                          help="another rank's watchdog: whether the head's API port accepts, per interval")
+    parser.add_argument("--interval", type=float, default=15.0, help="watch and follow: seconds between looks")
+    parser.add_argument("--failures", type=int, default=3,
+                        help="watch and follow: failed looks in a row that stop the rank once the head has served")
+    parser.add_argument("--no-stop", action="store_true", help="watch and follow: report, do not stop the rank")
     return parser
 
 
 def main(argv=None):
-    args = _argument_parser().parse_args(argv)
+    parser = _argument_parser()
+    args = parser.parse_args(argv)
+    if (args.watch or args.follow) and not args.api_url:
+        parser.error("--%s needs --api-url" % ("watch" if args.watch else "follow"))
+    if args.follow:
+        try:
+            address = api_address(args.api_url)
+        except ValueError as exc:
+            parser.error("--api-url: %s" % exc)
+        reason = follow(args.unit, address, args.interval, args.failures, not args.no_stop, timeout=args.timeout)
+        return EXIT_FAILURE if reason else 0
     api = None
     if args.api_url:
         if not args.model:
-            print("engine_health: --api-url needs --model", file=sys.stderr)
-            return EXIT_FAILURE
+            parser.error("--api-url needs --model")
         api = {
             "base_url": args.api_url, "model": args.model, "prompt": args.prompt, "expect": args.expect,
             "max_tokens": args.max_tokens, "api_key": _read_secret(args.secrets_file), "timeout": args.timeout,
         }
     if args.watch:
-        if api is None:
-            print("engine_health: --watch needs --api-url", file=sys.stderr)
-            return EXIT_FAILURE
         reason = watch(args.unit, api, args.interval, args.failures, not args.no_stop)
         return EXIT_FAILURE if reason else 0
-    print(json.dumps(probe(args.unit, api, wait=args.wait), sort_keys=True))
+    print(json.dumps(probe(args.unit, api, wait=args.wait, interval=args.poll), sort_keys=True))
     return 0
 
 

@@ -218,6 +218,28 @@ def check_relpath(relpath):
         raise HubError("the Hub listed the path %r, which would leave the weights directory" % relpath)
 
 
+def listing_files(files):
+    """The files of a listing, from RV(files) of an earlier snapshot (a list, returned as it is) or from the
+    ``files`` of a weights manifest (a mapping of path to ``{size, sha256}``, as written by weights_manifest),
+    each then ``{path, size, sha256, blob_oid: None}``."""
+    if isinstance(files, list):
+        return files
+    if not isinstance(files, dict):
+        raise HubError("the listing's files are a %s; expected the list of an earlier hf_snapshot run or the "
+                       "files mapping of a weights manifest" % type(files).__name__)
+    listed = []
+    for path, entry in sorted(files.items()):
+        size = entry.get("size") if isinstance(entry, dict) else None
+        if not isinstance(path, str) or not path or not _is_int(size) or size < 0:
+            raise HubError("the listing's entry %r is %r; expected a path with a size" % (path, entry))
+        check_relpath(path)
+        sha256 = entry.get("sha256")
+        listed.append({"path": path, "size": size,
+                       "sha256": sha256 if isinstance(sha256, str) and _HEX64.match(sha256) else None,
+                       "blob_oid": None})
+    return listed
+
+
 # -------------------------------------------------------------------- selection
 
 
@@ -458,7 +480,7 @@ def snapshot(client, repo_id, revision, root, allow_patterns=None, ignore_patter
                            "model_weights_ignore_patterns %s" % (repo_id, sha, allow_patterns or [],
                                                                   ignore_patterns or []))
     else:
-        sha, files = listing["commit"], listing["files"]
+        sha, files = listing["commit"], listing_files(listing["files"])
     state = load_state(root)
     planned = plan(root, files, state, hash_unknown=listing is None)
     result = {

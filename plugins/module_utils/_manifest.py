@@ -7,6 +7,10 @@ their metadata.
 A manifest is ``{"version": 1, "files": {relpath: {"size": int, "sha256": hex}}}``;
 with ``symlinks="record"`` it also holds ``"symlinks": {relpath: target}`` when the
 tree has any. Paths are relative to the model directory, with ``/`` separators.
+It may record its ``origin``, ``{"repo_id", "commit", "allow_patterns",
+"ignore_patterns"}``: the Hub revision and file selection the directory was
+downloaded for, so that a later run can tell, without asking the Hub, that a
+directory still matching the manifest holds that pinned revision.
 
 The hash cache maps a relpath to the ``size``, ``mtime_ns``, ``ctime_ns`` and
 ``ino`` the file had when it was hashed, and the ``sha256`` found. A cached
@@ -327,9 +331,11 @@ def parse_manifest(data):
     version = data.get("version")
     if version != MANIFEST_VERSION or isinstance(version, bool):
         raise ManifestError("manifest version %r is not supported; expected %d" % (version, MANIFEST_VERSION))
-    unknown = sorted(set(data) - {"version", "files", "symlinks"})
+    unknown = sorted(set(data) - {"version", "files", "symlinks", "origin"})
     if unknown:
-        raise ManifestError("the manifest has unknown keys %s; expected version, files and symlinks" % ", ".join(unknown))
+        raise ManifestError(
+            "the manifest has unknown keys %s; expected version, files, symlinks and origin" % ", ".join(unknown)
+        )
     files = data.get("files")
     if not isinstance(files, dict) or not files:
         raise ManifestError("the manifest lists no files; expected a non-empty mapping under 'files'")
@@ -357,7 +363,66 @@ def parse_manifest(data):
             if not isinstance(target, str) or not target:
                 raise ManifestError("manifest symlink %r: target %r; expected a non-empty string" % (rel, target))
         manifest["symlinks"] = dict(links)
+    if "origin" in data:
+        manifest["origin"] = parse_origin(data["origin"])
     return manifest
+
+
+# -------------------------------------------------------------------------- origin
+
+
+ORIGIN_KEYS = ("repo_id", "commit", "allow_patterns", "ignore_patterns")
+
+
+def parse_origin(origin, partial=False, what="the manifest's origin"):
+    """Validate an origin; returns it with sorted, de-duplicated pattern lists.
+
+    An origin names the Hub repository, the commit and the file selection
+    (``allow_patterns``, ``ignore_patterns``; the order of patterns does not change
+    the selection). With O(partial), a key that is absent or null is left out: it is
+    not compared (the commit of a branch is not known before the Hub is asked).
+    """
+    if not isinstance(origin, dict):
+        raise ManifestError("%s is %r; expected a mapping of %s" % (what, origin, ", ".join(ORIGIN_KEYS)))
+    unknown = sorted(set(origin) - set(ORIGIN_KEYS))
+    if unknown:
+        raise ManifestError("%s has unknown keys %s; expected %s" % (what, ", ".join(unknown), ", ".join(ORIGIN_KEYS)))
+    parsed = {}
+    for key in ORIGIN_KEYS:
+        value = origin.get(key)
+        if value is None and partial:
+            continue
+        if key in ("repo_id", "commit"):
+            if not isinstance(value, str) or not value:
+                raise ManifestError("%s: %s is %r; expected a non-empty string" % (what, key, value))
+            parsed[key] = value
+        else:
+            if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+                raise ManifestError("%s: %s is %r; expected a list of strings" % (what, key, value))
+            parsed[key] = sorted(set(value))
+    return parsed
+
+
+def origin_differences(recorded, expected):
+    """What differs between a manifest's recorded origin and the O(expected) one.
+
+    O(expected) is partial (see parse_origin): only the keys it holds are compared.
+    Returns a list of texts, empty when the origin matches; a manifest without an
+    origin (written before origins were recorded) never matches.
+    """
+    expected = parse_origin(expected, partial=True, what="the expected origin")
+    if recorded is None:
+        return ["the manifest records no origin (it was written before origins were recorded)"]
+    recorded = parse_origin(recorded)
+    return [
+        "%s is %s, expected %s" % (key, _origin_value(recorded[key]), _origin_value(expected[key]))
+        for key in ORIGIN_KEYS
+        if key in expected and recorded[key] != expected[key]
+    ]
+
+
+def _origin_value(value):
+    return "[%s]" % ", ".join(value) if isinstance(value, list) else value
 
 
 def dump_manifest(manifest):
@@ -365,10 +430,14 @@ def dump_manifest(manifest):
 
 
 def build_manifest(root, exclude=DEFAULT_EXCLUDE, symlinks="refuse", cache=None, checksums="cached", workers=4,
-                   skip=(), now_ns=time.time_ns):
-    """The manifest of O(root), with the hashing counts and the new cache entries."""
+                   skip=(), now_ns=time.time_ns, origin=None):
+    """The manifest of O(root), with the hashing counts and the new cache entries.
+
+    O(origin), when given, is recorded in the manifest (see parse_origin)."""
     if checksums == "size":
         raise ManifestError("checksums=size cannot write a manifest, which needs every file's sha256")
+    if origin is not None:
+        origin = parse_origin(origin, what="origin")
     tree = scan_tree(root, exclude, symlinks, skip)
     if not tree["files"]:
         raise ManifestError(
@@ -384,6 +453,8 @@ def build_manifest(root, exclude=DEFAULT_EXCLUDE, symlinks="refuse", cache=None,
     }
     if tree["symlinks"]:
         manifest["symlinks"] = dict(sorted(tree["symlinks"].items()))
+    if origin is not None:
+        manifest["origin"] = origin
     return dict(
         manifest=manifest,
         cache=hashed["cache"],

@@ -77,6 +77,8 @@ options:
       - RV(commit) and RV(files) of an earlier run, as C({commit, files}). With it the Hub is not asked and only a
         plan is made (O(state=planned)); files of the right size count as present. Lets a node that will receive
         the weights by another way estimate the space it needs.
+      - C(files) may also be the C(files) mapping of a manifest written by M(dgxspark.cluster.weights_manifest)
+        (each path with its C(size) and C(sha256)), when the Hub was not asked in this run.
     type: dict
   timeout:
     description: Seconds to wait for the Hub to answer before failing.
@@ -220,8 +222,9 @@ def main():
     if not p["endpoint"].startswith(("https://", "http://")):
         module.fail_json(msg="endpoint is %r; expected an http(s) URL such as https://huggingface.co" % p["endpoint"])
     listing = p["listing"]
-    if listing is not None and (not isinstance(listing.get("files"), list) or not listing.get("commit")):
-        module.fail_json(msg="listing must hold commit and files, as returned by an earlier hf_snapshot run")
+    if listing is not None and (not isinstance(listing.get("files"), (list, dict)) or not listing.get("commit")):
+        module.fail_json(msg="listing must hold commit and files, as returned by an earlier hf_snapshot run "
+                         "(or the files of a weights manifest)")
     client = HubClient(p["endpoint"], p["token"], timeout=p["timeout"])
     dry = module.check_mode or p["state"] == "planned"
     if not dry:

@@ -18,7 +18,13 @@ description:
     file and moved into place, and only when its content changes.
   - With O(state=verified), compares O(path) with a manifest read from O(manifest_path) or given as O(manifest),
     and fails listing the missing, unexpected and mismatched files. Sizes are compared first, so a file of the
-    wrong size is reported without being read; only files of the right size are hashed.
+    wrong size is reported without being read; only files of the right size are hashed. A manifest read from
+    O(manifest_path) is returned as RV(manifest), so that one call both reads the manifest on the node that keeps
+    it and verifies that node's copy.
+  - O(origin) names the Hub revision and file selection the weights were downloaded for. With O(state=present) it
+    is recorded in the manifest; with O(state=verified) the manifest must record the same origin, else the module
+    fails before any file is read. A run that finds the manifest of the pinned revision and a copy that matches it
+    need not ask the Hub again.
   - Hashing 150 GB takes minutes, so the SHA-256 of each file is kept in a hash cache, O(cache_path), with the
     file's size, mtime, ctime and inode. A later run takes the SHA-256 of a file from the cache while all four
     are unchanged, so re-verifying unchanged weights reads only their metadata.
@@ -104,6 +110,15 @@ options:
     type: list
     elements: str
     default: [.cache, .huggingface, "*.incomplete"]
+  origin:
+    description:
+      - Where the weights come from, as C(repo_id) (the Hub repository), C(commit) (the commit sha) and
+        C(allow_patterns) and C(ignore_patterns) (the file selection; their order does not matter).
+      - With O(state=present), recorded under C(origin) in the manifest.
+      - With O(state=verified), the manifest must record this origin; a key left out or null is not compared (the
+        commit of a branch, before the Hub is asked). A manifest that records another origin, or none, fails with
+        RV(origin_differences) before any file is read.
+    type: dict
   symlinks:
     description:
       - V(refuse) fails on any symlink in O(path) (after O(exclude)), naming them.
@@ -161,11 +176,18 @@ EXAMPLES = r"""
 
 RETURN = r"""
 manifest:
-  description: The manifest written (or that would be written in check mode).
-  returned: O(state=present) and success
+  description:
+    - The manifest written (or that would be written in check mode), with O(state=present).
+    - With O(state=verified), the manifest read from O(manifest_path), also when the copy does not match it.
+  returned: O(state=present) and success; O(state=verified) with O(manifest_path) once the manifest was read
   type: dict
   sample:
     version: 1
+    origin:
+      repo_id: deepseek-ai/DeepSeek-V4-Flash
+      commit: 0123456789abcdef0123456789abcdef01234567
+      allow_patterns: ["*.json", "*.safetensors"]
+      ignore_patterns: []
     files:
       config.json:
         size: 1734
@@ -183,6 +205,20 @@ cache_path:
   returned: always
   type: str
   sample: /srv/models/DeepSeek-V4-Flash.manifest.json.cache
+cache_saved:
+  description:
+    - Whether the hash cache on disk holds what this run found, because it needed no change or was written.
+      False when no cache is used, when it could not be written (its directory is missing, for instance), and in
+      check mode when it would change.
+  returned: success or verification failure
+  type: bool
+  sample: true
+origin_differences:
+  description: What differs between the manifest's origin and O(origin).
+  returned: O(state=verified) with O(origin), when the origins differ
+  type: list
+  elements: str
+  sample: ["commit is 89abcdef0123456789abcdef0123456789abcdef, expected 0123456789abcdef0123456789abcdef01234567"]
 file_count:
   description: Files in the manifest.
   returned: success or verification failure
@@ -272,6 +308,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._manifest import 
     dump_manifest,
     inside,
     load_cache,
+    origin_differences,
     parse_manifest,
     verify_tree,
 )
@@ -286,6 +323,7 @@ ARGUMENT_SPEC = dict(
     exclude=dict(type="list", elements="str", default=list(DEFAULT_EXCLUDE)),
     symlinks=dict(type="str", choices=["refuse", "record"], default="refuse"),
     hash_workers=dict(type="int", default=4),
+    origin=dict(type="dict"),
 )
 
 
@@ -313,7 +351,7 @@ def write_atomically(module, path, text):
 
 
 def write_cache(module, cache_path, text):
-    """The cache is an optimisation: a failure to write it is a warning."""
+    """The cache is an optimisation: a failure to write it is a warning. True once written."""
     directory = os.path.dirname(cache_path) or "."
     try:
         fd, temp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(cache_path) + ".", suffix=".tmp")
@@ -322,6 +360,8 @@ def write_cache(module, cache_path, text):
         os.replace(temp, cache_path)
     except OSError as exc:
         module.warn("cannot write the hash cache %s: %s; the next run hashes every file again" % (cache_path, exc))
+        return False
+    return True
 
 
 def main():
@@ -364,7 +404,7 @@ def main():
 
     if state == "present":
         try:
-            outcome = build_manifest(root, **options)
+            outcome = build_manifest(root, origin=p["origin"], **options)
         except (ManifestError, OSError) as exc:
             module.fail_json(msg="cannot write the manifest of %s: %s" % (root, exc), **result)
         try:
@@ -402,12 +442,28 @@ def main():
         else:
             source = "the given manifest"
         try:
-            outcome = verify_tree(root, parse_manifest(manifest), **options)
+            manifest = parse_manifest(manifest)
+            if manifest_path:
+                result["manifest"] = manifest
+            if p["origin"] is not None:
+                differences = origin_differences(manifest.get("origin"), p["origin"])
+                if differences:
+                    result["origin_differences"] = differences
+                    module.fail_json(
+                        msg="%s is not the manifest of the expected origin: %s; write it again with state=present "
+                        "after the download" % (source, "; ".join(differences)),
+                        **result
+                    )
+            outcome = verify_tree(root, manifest, **options)
         except (ManifestError, OSError) as exc:
             module.fail_json(msg="cannot verify %s against %s: %s" % (root, source, exc), **result)
 
-    if cache_path and not module.check_mode and (outcome["cache"] != cache or reason):
-        write_cache(module, cache_path, dump_cache(outcome["cache"], root))
+    result["cache_saved"] = False
+    if cache_path:
+        if outcome["cache"] == cache and not reason:
+            result["cache_saved"] = True
+        elif not module.check_mode:
+            result["cache_saved"] = write_cache(module, cache_path, dump_cache(outcome["cache"], root))
     keys = ["file_count", "total_bytes", "symlink_count", "hashed_files", "hashed_bytes", "cached_files", "excluded"]
     keys += ["manifest"] if state == "present" else ["missing", "unexpected", "mismatched"]
     result.update((key, outcome[key]) for key in keys)

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.dgxspark.cluster.plugins.filter import engine
 from ansible_collections.dgxspark.cluster.plugins.filter.engine import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
     EngineConfigError,
@@ -16,8 +20,14 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config im
     replica_layout,
     systemd_exec_line,
 )
+from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_timeline import (
+    EngineTimelineError,
+    format_timeline,
+    start_timeline,
+)
 
 FILTERS = FilterModule().filters()
+FILTER_DIR = Path(engine.__file__).parent
 engine_config_problems_filter = FILTERS["engine_config_problems"]
 engine_cudagraph_capture_size = FILTERS["engine_cudagraph_capture_size"]
 engine_rank_argv = FILTERS["engine_rank_argv"]
@@ -46,6 +56,8 @@ def test_filter_module_exposes_the_engine_filters():
         "engine_env_file",
         "engine_rank_argv",
         "engine_replica_layout",
+        "engine_start_timeline",
+        "engine_start_timeline_text",
         "systemd_exec_line",
     ]
 
@@ -88,3 +100,54 @@ def test_errors_become_filter_errors_with_the_same_message(wrapper, function, ar
         wrapper(*args)
     assert raised.value.message == expected
     assert isinstance(raised.value.orig_exc, EngineConfigError)
+
+
+JOURNAL = """\
+2026-12-03T16:14:58.314523+0000 spark1 systemd[1]: Started dgxspark-engine.service - dgxspark engine rank 0 (tiny, version 168ee1761a544f77).
+2026-12-03T16:16:07.294787+0000 spark1 docker[4582]: (Worker pid=29) INFO 12-03 16:16:07 [parallel_state.py:1906] world_size=4 rank=0 local_rank=0 distributed_init_method=tcp://192.168.100.11:29501 backend=gloo
+2026-12-03T16:16:09.955854+0000 spark1 docker[4582]: (Worker_TP0 pid=29) INFO 12-03 16:16:09 [base_loader.py:82] Initializing model took 0.211906 seconds
+2026-12-03T16:16:09.971946+0000 spark1 docker[4582]: (Worker_TP0 pid=29) INFO 12-03 16:16:09 [default_loader.py:501] Loading weights took 0.01 seconds
+2026-12-03T16:16:20.511924+0000 spark1 docker[4582]: INFO:     Application startup complete.
+"""
+
+
+def test_the_timeline_filters_are_documented_beside_the_others():
+    for name in ("engine_start_timeline", "engine_start_timeline_text"):
+        doc = yaml.safe_load((FILTER_DIR / (name + ".yml")).read_text())
+        assert doc["DOCUMENTATION"]["name"] == name
+        assert doc["RETURN"]["_value"]["type"] == ("dict" if name == "engine_start_timeline" else "str")
+    options = yaml.safe_load((FILTER_DIR / "engine_start_timeline.yml").read_text())["DOCUMENTATION"]["options"]
+    assert sorted(options) == ["_input", "ready_at", "stop_seconds"]
+
+
+def test_the_timeline_filters_are_the_timeline_functions():
+    timeline = FILTERS["engine_start_timeline"](JOURNAL, 1796314581.7, 4.1)
+    assert timeline == start_timeline(JOURNAL, 1796314581.7, 4.1)
+    assert [part["name"] for part in timeline["parts"]] == [
+        "stop", "startup", "rendezvous", "model load", "engine init", "first completion",
+    ]
+    text = FILTERS["engine_start_timeline_text"](timeline)
+    assert text == format_timeline(timeline) == (
+        "stop 4.1 s, startup 69.0 s, rendezvous 2.7 s, model load 0.0 s, engine init 10.5 s, "
+        "first completion 1.2 s (total 87.5 s)"
+    )
+    # As a play calls it, by keyword.
+    assert FILTERS["engine_start_timeline"](JOURNAL.splitlines(), stop_seconds=4.1) == start_timeline(JOURNAL, None, 4.1)
+
+
+@pytest.mark.parametrize(
+    "name, function, args",
+    [
+        ("engine_start_timeline", start_timeline, ({"stdout": JOURNAL},)),
+        ("engine_start_timeline", start_timeline, (JOURNAL, "soon")),
+        ("engine_start_timeline", start_timeline, (JOURNAL, None, -4.1)),
+        ("engine_start_timeline_text", format_timeline, ({"parts": None},)),
+    ],
+)
+def test_timeline_errors_become_filter_errors_with_the_same_message(name, function, args):
+    with pytest.raises(EngineTimelineError) as raised:
+        function(*args)
+    with pytest.raises(AnsibleFilterError) as filter_raised:
+        FILTERS[name](*args)
+    assert filter_raised.value.message == str(raised.value)
+    assert isinstance(filter_raised.value.orig_exc, EngineTimelineError)

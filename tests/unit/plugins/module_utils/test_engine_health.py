@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -14,10 +15,14 @@ import pytest
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _engine_health
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_health import (
     EngineHealthError,
+    api_address,
     api_answers,
     cluster_verdict,
+    follow,
     judge_completion,
     judge_models,
+    main,
+    port_accepts,
     probe,
     watch,
 )
@@ -25,6 +30,9 @@ from unit_support import REPO_ROOT
 
 ACTIVE = {"active": "active", "sub": "running", "result": "success", "status": ""}
 FAILED = {"active": "failed", "sub": "failed", "result": "exit-code", "status": "1"}
+ACCEPTS = {"ready": True, "detail": "port 8000 of 10.0.0.11 accepts connections"}
+REFUSED = {"ready": False, "detail": "port 8000 of 10.0.0.11: [Errno 111] Connection refused"}
+HEAD = ("10.0.0.11", 8000)
 SCRIPT = REPO_ROOT / "plugins" / "module_utils" / "_engine_health.py"
 
 
@@ -160,6 +168,18 @@ def test_probe_stops_waiting_when_the_unit_dies():
     assert report["unit"] == FAILED and clock.now == 10
 
 
+def test_probe_looks_at_least_every_two_seconds_while_waiting():
+    clock = FakeClock()
+    looks = []
+
+    def look():
+        looks.append(clock.now)
+        return {"ready": False, "detail": "starting", "text": None}
+
+    probe("u", {"x": 1}, wait=9, clock=clock, sleep=clock.sleep, units=lambda: ACTIVE, look=look)
+    assert looks == [0, 2, 4, 6, 8, 9]
+
+
 def test_watch_stops_the_rank_after_consecutive_failures_once_served(monkeypatch):
     stopped = []
     monkeypatch.setattr(_engine_health.subprocess, "run", lambda argv, check: stopped.append(argv))
@@ -187,6 +207,124 @@ def test_watch_ends_quietly_when_the_unit_stops(monkeypatch):
     states = iter([ACTIVE, FAILED])
     assert watch("u", {"x": 1}, 15, 3, True, clock=clock, sleep=clock.sleep, units=lambda: next(states),
                  look=lambda: {"ready": True, "detail": "ok", "text": "x"}, log=lambda m: None) is None
+
+
+@pytest.fixture
+def systemctl_stop(monkeypatch):
+    """The units the watchdog stopped, instead of stopping them."""
+    stopped = []
+    monkeypatch.setattr(_engine_health.subprocess, "run", lambda argv, check: stopped.append(argv))
+    return stopped
+
+
+@pytest.fixture
+def listening_port():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield server
+    server.close()
+
+
+def test_api_address_is_host_and_port_of_the_url():
+    assert api_address("http://10.0.0.11:8000") == ("10.0.0.11", 8000)
+    assert api_address("http://[fd00::11]:8000/") == ("fd00::11", 8000)
+    assert api_address("https://head.example") == ("head.example", 443)
+    with pytest.raises(EngineHealthError, match="names no host"):
+        api_address("10.0.0.11:8000")
+
+
+def test_port_accepts_sends_nothing_and_sees_a_closed_port(listening_port):
+    host, port = listening_port.getsockname()
+    assert port_accepts(host, port, 1) == {"ready": True, "detail": "port %d of 127.0.0.1 accepts connections" % port}
+    connection, _ = listening_port.accept()
+    with connection:
+        assert connection.recv(1) == b"", "the look must close the connection without a request"
+    listening_port.close()
+    answer = port_accepts(host, port, 1)
+    assert answer["ready"] is False and "refused" in answer["detail"]
+
+
+def test_follow_never_stops_the_rank_before_the_head_has_accepted(systemctl_stop):
+    clock = FakeClock()
+    states = iter([ACTIVE] * 50 + [FAILED])
+    messages = []
+    assert follow("u.service", HEAD, 5, 3, True, clock=clock, sleep=clock.sleep, units=lambda: next(states),
+                  connect=lambda: REFUSED, log=messages.append) is None
+    assert systemctl_stop == [] and clock.now == 250
+    assert messages[1:] == ["unit u.service is failed; watchdog ends"]
+
+
+def test_follow_stops_the_rank_after_consecutive_refusals_and_a_success_resets_the_count(systemctl_stop):
+    clock = FakeClock()
+    looks = iter([REFUSED, ACCEPTS, REFUSED, REFUSED, ACCEPTS, REFUSED, REFUSED, REFUSED])
+    messages = []
+    reason = follow("u.service", HEAD, 5, 3, True, clock=clock, sleep=clock.sleep, units=lambda: ACTIVE,
+                    connect=lambda: next(looks), log=messages.append)
+    assert reason == ("the cluster stopped serving (port 8000 of 10.0.0.11: [Errno 111] Connection refused); "
+                      "stopping rank unit u.service so that no rank is left half-alive")
+    assert systemctl_stop == [["systemctl", "stop", "--no-block", "u.service"]]
+    assert clock.now == 35, "the eighth look, 35 s after the first, stops the rank"
+    assert [m.split(":")[0] for m in messages[1:]] == [
+        "the engine serves", "look 1 of 3 failed", "look 2 of 3 failed",
+        "the engine serves", "look 1 of 3 failed", "look 2 of 3 failed", "look 3 of 3 failed",
+        "the cluster stopped serving (port 8000 of 10.0.0.11",
+    ]
+
+
+def test_follow_with_no_stop_reports_without_stopping(systemctl_stop):
+    clock = FakeClock()
+    looks = iter([ACCEPTS, REFUSED, REFUSED])
+    reason = follow("u", HEAD, 5, 2, False, clock=clock, sleep=clock.sleep, units=lambda: ACTIVE,
+                    connect=lambda: next(looks), log=lambda m: None)
+    assert "half-alive" in reason and systemctl_stop == []
+
+
+def test_follow_ends_when_the_unit_stops_by_itself(systemctl_stop):
+    clock = FakeClock()
+    states = iter([ACTIVE, ACTIVE, ACTIVE, {"active": "inactive", "sub": "dead", "result": "success", "status": "0"}])
+    looks = iter([ACCEPTS, REFUSED, REFUSED])
+    messages = []
+    assert follow("u", HEAD, 5, 3, True, clock=clock, sleep=clock.sleep, units=lambda: next(states),
+                  connect=lambda: next(looks), log=messages.append) is None
+    assert systemctl_stop == [] and messages[-1] == "unit u is inactive; watchdog ends"
+
+
+def test_follow_logs_state_changes_not_looks(systemctl_stop):
+    clock = FakeClock()
+    states = iter([ACTIVE] * 100 + [FAILED])
+    messages = []
+    follow("u", HEAD, 5, 3, True, clock=clock, sleep=clock.sleep, units=lambda: next(states),
+           connect=lambda: ACCEPTS, log=messages.append)
+    assert messages == [
+        "watchdog of u: looks at port 8000 of the head 10.0.0.11 every 5 s; "
+        "once it has accepted, 3 failed looks in a row stop the unit",
+        "the engine serves: port 8000 of 10.0.0.11 accepts connections",
+        "unit u is failed; watchdog ends",
+    ]
+
+
+def test_follow_keeps_its_pace_when_a_look_is_slow(systemctl_stop):
+    clock = FakeClock()
+    states = iter([ACTIVE] * 3 + [FAILED])
+    looks = []
+
+    def slow_connect():
+        looks.append(clock.now)
+        clock.now += 4
+        return REFUSED
+
+    follow("u", HEAD, 5, 3, True, clock=clock, sleep=clock.sleep, units=lambda: next(states),
+           connect=slow_connect, log=lambda m: None)
+    assert looks == [0, 5, 10]
+
+
+def test_follow_sees_the_head_close_its_port(listening_port):
+    host, port = listening_port.getsockname()
+    reason = follow("u", (host, port), 0.5, 2, False, sleep=lambda seconds: listening_port.close(),
+                    units=lambda: ACTIVE, log=lambda m: None)
+    assert reason.startswith("the cluster stopped serving (port %d of 127.0.0.1: " % port)
+    assert "Connection refused" in reason
 
 
 def probes(**overrides):
@@ -237,3 +375,38 @@ def test_script_reads_the_api_key_from_the_secrets_file_and_never_prints_it(engi
     assert report["ready"] is True and report["unit"]["active"] == "active"
     assert "s3cr3t" not in result.stdout + result.stderr
     assert "Bearer s3cr3t-key" in behaviour["auth"]
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["--watch", "--follow", "--api-url", "http://10.0.0.11:8000", "--model", "tiny"], "not allowed with argument"),
+    (["--follow"], "--follow needs --api-url"),
+    (["--watch"], "--watch needs --api-url"),
+    (["--follow", "--api-url", "10.0.0.11:8000"], "names no host"),
+    (["--api-url", "http://10.0.0.11:8000"], "--api-url needs --model"),
+])
+def test_script_refuses_contradicting_or_incomplete_arguments(argv, problem, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--unit", "u"] + argv)
+    assert exit_info.value.code == 2
+    assert problem in capsys.readouterr().err
+
+
+def test_script_follows_the_head_without_a_model_or_secrets(tmp_path, listening_port):
+    # A systemctl that reports the unit active twice, then stopped.
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text("#!/bin/sh\n"
+                         "echo look >> %s/calls\n"
+                         "if [ $(wc -l < %s/calls) -le 2 ]; then state=active; else state=inactive; fi\n"
+                         "echo ActiveState=$state\n" % (tmp_path, tmp_path))
+    systemctl.chmod(0o755)
+    host, port = listening_port.getsockname()
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--unit", "u", "--api-url", "http://%s:%d" % (host, port), "--follow",
+         "--interval", "0.1"],
+        capture_output=True, text=True, env={"PATH": "%s:/usr/bin:/bin" % tmp_path}, check=False, timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1:] == [
+        "the engine serves: port %d of 127.0.0.1 accepts connections" % port,
+        "unit u is inactive; watchdog ends",
+    ]

@@ -177,6 +177,45 @@ def test_a_listing_plans_without_asking_the_hub(hub, tmp_path):
     assert len(hub.log_text().splitlines()) == requests
 
 
+def test_a_manifest_listing_plans_as_the_hub_listing_does(hub, tmp_path):
+    first = _hf_hub.snapshot(client(hub), REPO, "main", str(tmp_path / "src"))
+    manifest_files = {rel: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                      for rel, data in FILES.items()}
+    peer = tmp_path / "peer"
+    (peer / "tokenizer").mkdir(parents=True)
+    (peer / "model.safetensors").write_bytes(b"x" * len(BIG))
+    requests = len(hub.log_text().splitlines())
+    from_manifest = _hf_hub.snapshot(None, None, "main", str(peer),
+                                     listing={"commit": first["commit"], "files": manifest_files})
+    from_hub = _hf_hub.snapshot(None, None, "main", str(peer), listing={"commit": first["commit"],
+                                                                         "files": first["files"]})
+    assert len(hub.log_text().splitlines()) == requests
+    for key in ("commit", "to_fetch", "bytes_to_fetch", "total_bytes", "file_count"):
+        assert from_manifest[key] == from_hub[key], key
+
+
+def test_listing_files_of_a_manifest():
+    good = "a" * 64
+    assert _hf_hub.listing_files({"b/c": {"size": 3, "sha256": good}, "a": {"size": 0, "sha256": "x"}}) == [
+        {"path": "a", "size": 0, "sha256": None, "blob_oid": None},
+        {"path": "b/c", "size": 3, "sha256": good, "blob_oid": None},
+    ]
+    listed = [{"path": "a", "size": 1, "sha256": None, "blob_oid": None}]
+    assert _hf_hub.listing_files(listed) is listed
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"a": {"size": -1}}, "expected a path with a size"),
+    ({"a": {"size": True}}, "expected a path with a size"),
+    ({"a": 4}, "expected a path with a size"),
+    ({"../a": {"size": 1}}, "would leave the weights directory"),
+    ("a", "expected the list of an earlier hf_snapshot run or the files mapping of a weights manifest"),
+])
+def test_listing_files_refuses_what_is_not_a_listing(files, message):
+    with pytest.raises(_hf_hub.HubError, match=message):
+        _hf_hub.listing_files(files)
+
+
 def test_next_link_reads_the_rel_next_entry():
     header = '<https://huggingface.co/api/models/a/b/tree/x?cursor=abc>; rel="next", <https://h/p>; rel="prev"'
     assert _hf_hub.next_link(header, "https://huggingface.co/x") == \

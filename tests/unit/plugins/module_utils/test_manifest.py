@@ -23,7 +23,9 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._manifest import 
     inside,
     is_excluded,
     load_cache,
+    origin_differences,
     parse_manifest,
+    parse_origin,
     scan_tree,
     verify_tree,
 )
@@ -500,3 +502,65 @@ def test_manifest_text_round_trips(built):
     text = _manifest.dump_manifest(outcome["manifest"])
     assert parse_manifest(text) == outcome["manifest"]
     assert text.endswith("}\n") and json.loads(text) == outcome["manifest"]
+
+
+# -------------------------------------------------------------------------- origin
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+ORIGIN = {"repo_id": "org/model", "commit": COMMIT, "allow_patterns": ["*.safetensors", "*.json"],
+          "ignore_patterns": ["original/"]}
+
+
+def test_a_built_manifest_records_its_origin_and_round_trips(model):
+    outcome = build_manifest(str(model), now_ns=future_clock, origin=ORIGIN)
+    assert outcome["manifest"]["origin"] == dict(ORIGIN, allow_patterns=["*.json", "*.safetensors"])
+    assert parse_manifest(_manifest.dump_manifest(outcome["manifest"])) == outcome["manifest"]
+    assert "origin" not in build_manifest(str(model), now_ns=future_clock)["manifest"]
+
+
+def test_verifying_ignores_the_origin(model):
+    outcome = build_manifest(str(model), now_ns=future_clock, origin=ORIGIN)
+    assert verify_tree(str(model), outcome["manifest"], cache=outcome["cache"])["ok"] is True
+
+
+@pytest.mark.parametrize(
+    "expected, differences",
+    [
+        (ORIGIN, []),
+        (dict(ORIGIN, allow_patterns=["*.json", "*.safetensors", "*.json"]), []),
+        (dict(ORIGIN, commit=None), []),
+        ({"repo_id": "org/model"}, []),
+        (dict(ORIGIN, commit="f" * 40), ["commit is %s, expected %s" % (COMMIT, "f" * 40)]),
+        (dict(ORIGIN, repo_id="org/other", ignore_patterns=[]),
+         ["repo_id is org/model, expected org/other", "ignore_patterns is [original/], expected []"]),
+    ],
+)
+def test_origin_differences_compare_what_is_expected(expected, differences):
+    assert origin_differences(parse_origin(ORIGIN), expected) == differences
+
+
+def test_a_manifest_without_origin_differs_from_every_origin():
+    assert origin_differences(None, {"repo_id": "org/model"}) == [
+        "the manifest records no origin (it was written before origins were recorded)"]
+
+
+@pytest.mark.parametrize(
+    "origin, partial, message",
+    [
+        ("org/model", False, "expected a mapping of repo_id, commit, allow_patterns, ignore_patterns"),
+        (dict(ORIGIN, endpoint="https://h"), False, "unknown keys endpoint"),
+        (dict(ORIGIN, commit=None), False, "commit is None; expected a non-empty string"),
+        (dict(ORIGIN, repo_id=""), True, "repo_id is ''; expected a non-empty string"),
+        (dict(ORIGIN, allow_patterns="*.json"), True, "allow_patterns is '\\*.json'; expected a list of strings"),
+        (dict(ORIGIN, ignore_patterns=[1]), False, "ignore_patterns is \\[1\\]; expected a list of strings"),
+    ],
+)
+def test_invalid_origins_are_refused(origin, partial, message):
+    with pytest.raises(ManifestError, match=message):
+        parse_origin(origin, partial=partial)
+
+
+def test_a_manifest_with_an_invalid_origin_is_refused():
+    with pytest.raises(ManifestError, match="the manifest's origin: commit is 3"):
+        parse_manifest({"version": 1, "files": {"a": {"size": 1, "sha256": GOOD_SHA}},
+                        "origin": dict(ORIGIN, commit=3)})

@@ -271,3 +271,110 @@ def test_a_symlink_is_refused_by_name(capsys, model, manifest_path):
     assert not manifest_path.exists()
     recorded = present(capsys, model, manifest_path, symlinks="record")
     assert recorded["manifest"]["symlinks"] == {"alias.json": "config.json"} and recorded["symlink_count"] == 1
+
+
+# ------------------------------------------------------------ origin and state probe
+
+COMMIT = "5d3c2b1a0f9e8d7c6b5a49382716f5e4d3c2b1a0"
+ORIGIN = {"repo_id": "deepseek-ai/DeepSeek-V4-Flash", "commit": COMMIT,
+          "allow_patterns": ["*.safetensors", "*.json"], "ignore_patterns": []}
+
+
+def test_present_records_the_origin_with_sorted_patterns(capsys, model, manifest_path):
+    result = present(capsys, model, manifest_path, origin=ORIGIN)
+    recorded = json.loads(manifest_path.read_text())
+    sorted_origin = dict(ORIGIN, allow_patterns=["*.json", "*.safetensors"])
+    assert recorded["origin"] == sorted_origin == result["manifest"]["origin"]
+    assert recorded["files"] == expected_manifest()["files"]
+
+
+def test_adding_an_origin_to_an_old_manifest_is_a_change_once(capsys, model, manifest_path):
+    present(capsys, model, manifest_path)
+    assert present(capsys, model, manifest_path, origin=ORIGIN)["changed"] is True
+    assert present(capsys, model, manifest_path, origin=ORIGIN)["changed"] is False
+
+
+def test_verified_returns_the_manifest_it_read_and_the_saved_cache(capsys, model, manifest_path):
+    present(capsys, model, manifest_path, origin=ORIGIN)
+    result = verified(capsys, model, manifest_path=str(manifest_path), origin=ORIGIN)
+    assert not result.get("failed") and result["changed"] is False
+    assert result["manifest"] == json.loads(manifest_path.read_text())
+    assert result["cache_saved"] is True and (result["hashed_files"], result["cached_files"]) == (0, len(TREE))
+
+
+def test_verified_returns_the_manifest_also_when_the_copy_differs(capsys, model, manifest_path):
+    present(capsys, model, manifest_path, origin=ORIGIN)
+    (model / "config.json").unlink()
+    result = verified(capsys, model, manifest_path=str(manifest_path), origin=ORIGIN)
+    assert result["failed"] is True and result["missing"] == ["config.json"]
+    assert result["manifest"]["origin"]["commit"] == COMMIT
+
+
+def test_a_given_manifest_is_not_returned(capsys, model):
+    result = verified(capsys, model, manifest=expected_manifest())
+    assert not result.get("failed") and "manifest" not in result
+
+
+@pytest.mark.parametrize(
+    "expected, differences",
+    [
+        (dict(ORIGIN, commit="0" * 40), ["commit is %s, expected %s" % (COMMIT, "0" * 40)]),
+        (dict(ORIGIN, ignore_patterns=["*.pth"]), ["ignore_patterns is [], expected [*.pth]"]),
+        (dict(ORIGIN, repo_id="org/other"), ["repo_id is deepseek-ai/DeepSeek-V4-Flash, expected org/other"]),
+    ],
+)
+def test_another_origin_fails_before_any_file_is_read(capsys, model, manifest_path, expected, differences):
+    present(capsys, model, manifest_path, origin=ORIGIN)
+    corrupt(model / "model-00001-of-00003.safetensors")
+    result = verified(capsys, model, manifest_path=str(manifest_path), origin=expected)
+    assert result["failed"] is True and result["origin_differences"] == differences
+    assert "is not the manifest of the expected origin: %s" % differences[0] in result["msg"]
+    assert "hashed_files" not in result and "missing" not in result
+    assert result["manifest"]["origin"]["commit"] == COMMIT
+
+
+def test_a_manifest_without_origin_never_matches_one(capsys, model, manifest_path):
+    present(capsys, model, manifest_path)
+    result = verified(capsys, model, manifest_path=str(manifest_path), origin=ORIGIN)
+    assert result["failed"] is True
+    assert result["origin_differences"] == [
+        "the manifest records no origin (it was written before origins were recorded)"]
+
+
+def test_a_null_commit_is_not_compared_and_pattern_order_does_not_matter(capsys, model, manifest_path):
+    present(capsys, model, manifest_path, origin=ORIGIN)
+    branch = dict(ORIGIN, commit=None, allow_patterns=["*.json", "*.safetensors", "*.json"])
+    result = verified(capsys, model, manifest_path=str(manifest_path), origin=branch)
+    assert not result.get("failed") and result["manifest"]["origin"]["commit"] == COMMIT
+
+
+def test_an_invalid_origin_is_refused(capsys, model, manifest_path):
+    result = present(capsys, model, manifest_path, origin=dict(ORIGIN, commit=""))
+    assert result["failed"] is True and "origin: commit is ''; expected a non-empty string" in result["msg"]
+    assert not manifest_path.exists()
+
+
+def test_cache_saved_is_false_when_its_directory_is_missing(capsys, model, tmp_path):
+    cache_path = tmp_path / "gone" / "weights.cache"
+    result = verified(capsys, model, manifest=expected_manifest(), cache_path=str(cache_path))
+    assert not result.get("failed") and result["cache_saved"] is False
+    assert any("cannot write the hash cache" in warning for warning in warnings_of(result))
+    cache_path.parent.mkdir()
+    assert verified(capsys, model, manifest=expected_manifest(), cache_path=str(cache_path))["cache_saved"] is True
+
+
+def test_cache_saved_in_check_mode_only_when_nothing_would_change(capsys, model, tmp_path):
+    cache_path = tmp_path / "weights.cache"
+    checked = verified(capsys, model, manifest=expected_manifest(), cache_path=str(cache_path),
+                       _ansible_check_mode=True)
+    assert checked["cache_saved"] is False and not cache_path.exists()
+    verified(capsys, model, manifest=expected_manifest(), cache_path=str(cache_path))
+    again = verified(capsys, model, manifest=expected_manifest(), cache_path=str(cache_path), _ansible_check_mode=True)
+    assert again["cache_saved"] is True
+
+
+def test_cache_saved_with_size_only_and_no_cache_needed(capsys, model, tmp_path):
+    result = verified(capsys, model, manifest=expected_manifest(), cache_path=str(tmp_path / "weights.cache"),
+                      verify_checksums="size")
+    assert result["cache_saved"] is True and not (tmp_path / "weights.cache").exists()
+    assert verified(capsys, model, manifest=expected_manifest())["cache_saved"] is False
