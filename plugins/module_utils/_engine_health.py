@@ -183,16 +183,24 @@ def _log(message):
     print(message, flush=True)
 
 
+# Until the engine has served once, a watchdog looks this often (or at its
+# own interval, when shorter): a failed look before then costs the engine
+# nothing (nothing listens yet), and a long interval must not leave a rank
+# that dies right after the start unwatched until the next look.
+STARTING_INTERVAL = 5.0
+
+
 def _guard(unit, look, interval, failures, stop, clock, sleep, units, log):
     """The loop of a watchdog: O(look) every O(interval) seconds while O(unit)
-    runs. Once a look has been ready, O(failures) looks in a row that are not
-    stop the rank (when O(stop)) and return the reason; returns None when the
-    unit stops by itself. Logs state changes only, never a healthy look."""
+    runs (every STARTING_INTERVAL seconds at most until a look has been
+    ready). Once a look has been ready, O(failures) looks in a row that are
+    not stop the rank (when O(stop)) and return the reason; returns None when
+    the unit stops by itself. Logs state changes only, never a healthy look."""
     served = False
     failed = 0
     while True:
         # Looks start every interval, however long a look itself takes.
-        next_look = clock() + interval
+        look_began = clock()
         state = units()
         if state["active"] != UNIT_ACTIVE:
             log("unit %s is %s; watchdog ends" % (unit, state["active"]))
@@ -212,6 +220,7 @@ def _guard(unit, look, interval, failures, stop, clock, sleep, units, log):
                 if stop:
                     subprocess.run(["systemctl", "stop", "--no-block", unit], check=False)
                 return reason
+        next_look = look_began + (interval if served else min(interval, STARTING_INTERVAL))
         sleep(max(0.0, next_look - clock()))
 
 

@@ -107,11 +107,41 @@ def test_patches_are_checksummed_read_only_mounts(host):
         assert inside.split()[0] == patch["sha256"]
 
 
-def test_a_rerun_of_site_yml_restarts_nothing():
+def test_only_the_head_probes_the_api_the_other_ranks_follow_it():
+    for host in HOSTS:
+        unit = node_state(host, "systemctl cat dgxspark-engine-watchdog.service")
+        (line,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+        argv = parse_systemd_exec_line(line[len("ExecStart="):])
+        is_head = inventory_hosts()[host]["engine_service_rank"] == 0
+        assert ("--watch" in argv, "--follow" in argv) == (is_head, not is_head), argv
+        # A follower sends no completion: it has neither the prompt nor the model.
+        assert ("--prompt" in argv) == is_head
+        assert unit_state(host, "dgxspark-engine-watchdog.service") == "active"
+
+
+def test_a_rerun_of_site_yml_restarts_nothing_and_measures_no_fabric_again():
+    report = ROOT / "reports" / "fabric" / "fabric-report.json"
+    report_before = report.stat().st_mtime
     before = {host: engine_container(host) for host in HOSTS}
     result = run_playbook("site.yml")
     assert result.returncode == 0, flat(result.stdout)[-3000:]
     recap = [line for line in result.stdout.splitlines() if re.match(r"^spark\d\s+:", line)]
     assert len(recap) == 4 and all("changed=0" in line for line in recap), recap
+    assert {host: engine_container(host) for host in HOSTS} == before
+    assert completion()[0] == 200
+    # The fabric report is a measurement: an unchanged fabric is not measured again.
+    assert "Fabric report not measured again" in flat(result.stdout)
+    assert report.stat().st_mtime == report_before
+
+
+def test_watchdogs_stopped_by_hand_come_back_without_a_restart():
+    before = {host: engine_container(host) for host in HOSTS}
+    for host in HOSTS:
+        node_state(host, "systemctl stop dgxspark-engine-watchdog.service")
+    result = run_playbook("site.yml")
+    assert result.returncode == 0, flat(result.stdout)[-3000:]
+    recap = [line for line in result.stdout.splitlines() if re.match(r"^spark\d\s+:", line)]
+    assert len(recap) == 4 and all("changed=1 " in line for line in recap), recap
+    assert [unit_state(host, "dgxspark-engine-watchdog.service") for host in HOSTS] == ["active"] * 4
     assert {host: engine_container(host) for host in HOSTS} == before
     assert completion()[0] == 200

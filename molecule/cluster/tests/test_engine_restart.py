@@ -1,9 +1,9 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """restart.yml on the serving cluster: an upgrade with a short serving gap,
-a version that never serves rolled back, a worker that cannot start (every
-rank stopped, every journal collected, the previous version back), and a
-rank killed while serving. The tests run in order and end with site.yml
+a version that never serves because a worker cannot start (every rank
+stopped, every journal collected, the previous version back), and a rank
+killed while serving. The tests run in order and end with site.yml
 bringing the cluster back to the inventory's version."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from helpers import (
     deployed_record,
     engine_container,
     flat,
-    group_vars,
     inventory_hosts,
     node_state,
     run_playbook,
@@ -62,26 +61,24 @@ def test_upgrade_to_a_new_image_serves_until_the_switch_and_after_it():
     served_during_phase_1 = sum(1 for _, ok in monitor.samples if ok)
     assert served_during_phase_1 > 10
     print("serving gap of the upgrade: %.1f s" % gap)
+    # The run says where the gap went, read from the head's journal.
+    # (YAML output doubles the quote: gap''s.)
+    parts = re.search(r"The gap'{1,2}s parts: stop ([\d.]+) s, startup ([\d.]+) s, rendezvous ([\d.]+) s, "
+                      r"model load ([\d.]+) s, engine init ([\d.]+) s, first completion ([\d.]+) s", flat(result.stdout))
+    assert parts, flat(result.stdout)[-3000:]
+    # The ranks are killed after engine_service_stop_timeout (3 s here), not systemd's 90 s.
+    assert float(parts.group(1)) < 3 + 5
+    assert sum(float(value) for value in parts.groups()) <= gap + 5
     for host in HOSTS:
         previous = node_state(host, "readlink /etc/dgxspark/engine/previous").strip()
         assert previous.endswith("/" + old[host]["version"])
 
 
-def test_a_new_version_that_never_serves_is_rolled_back():
-    serving = {host: deployed_record(host)["version"] for host in HOSTS}
-    broken = dict(V2, engine_service_extra_args=group_vars()["engine_service_extra_args"] + ["--no-such-engine-flag"])
-    result = run_playbook("restart.yml", extra_vars=broken)
-    out = flat(result.stdout)
-    assert result.returncode != 0
-    assert "did not come up healthy" in out and "Rolled back from" in out and "which serves again" in out, out[-3000:]
-    assert {host: deployed_record(host)["version"] for host in HOSTS} == serving
-    assert [unit_state(host) for host in HOSTS] == ["active"] * 4
-    assert completion()[0] == 200
-    history = node_state("spark2", "tail -n 2 /var/lib/dgxspark/engine/history.log")
-    assert "rollback:" in history
-
-
-def test_a_worker_that_cannot_start_stops_every_rank_and_its_journal_is_collected(tmp_path):
+# One failed start proves the rollback: a version that never serves (here
+# because spark3's rank cannot start) is rolled back everywhere, every rank
+# of it stopped and every journal collected. (An earlier separate test with a
+# flag vLLM rejects took the same path: a failed unit fails the verdict.)
+def test_a_version_whose_worker_cannot_start_is_rolled_back_with_every_rank_stopped_and_journal_collected(tmp_path):
     serving = {host: deployed_record(host)["version"] for host in HOSTS}
     override = tmp_path / "override.yml"
     override.write_text("dgxspark_cluster:\n  hosts:\n    spark3:\n      engine_service_extra_mounts:\n"
@@ -91,6 +88,7 @@ def test_a_worker_that_cannot_start_stops_every_rank_and_its_journal_is_collecte
     out = flat(result.stdout)
     assert result.returncode != 0
     assert "spark3: unit dgxspark-engine.service is failed" in out and "Rolled back from" in out, out[-3000:]
+    assert "did not come up healthy" in out and "which serves again" in out, out[-3000:]
     failed = re.search(r"spark1: version (\w+) did not come up healthy", out).group(1)
     # Every rank of the failed version was stopped, not only the one that failed...
     for host in ("spark1", "spark2", "spark4"):
@@ -108,12 +106,14 @@ def test_a_worker_that_cannot_start_stops_every_rank_and_its_journal_is_collecte
     assert {host: deployed_record(host)["version"] for host in HOSTS} == serving
     assert [unit_state(host) for host in HOSTS] == ["active"] * 4
     assert completion()[0] == 200
+    # Each node's history records the rollback.
+    assert all("rollback:" in node_state(host, "tail -n 2 /var/lib/dgxspark/engine/history.log") for host in HOSTS)
 
 
 def test_a_rank_killed_while_serving_stops_the_cluster_and_is_reported():
     assert completion()[0] == 200
     node_state("spark3", "docker kill dgxspark-engine")
-    assert wait_for(lambda: all(unit_state(host) != "active" for host in HOSTS), timeout=180), \
+    assert wait_for(lambda: all(unit_state(host) != "active" for host in HOSTS), timeout=240), \
         {host: unit_state(host) for host in HOSTS}
     status = run_playbook("status.yml")
     out = flat(status.stdout)

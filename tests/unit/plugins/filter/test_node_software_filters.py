@@ -40,3 +40,28 @@ def test_errors_reach_the_play_as_filter_errors():
         FILTERS["node_state"]("", {})
     with pytest.raises(AnsibleFilterError, match="was not read"):
         FILTERS["node_file_set_pending"]({"directories": [{"path": "/etc/docker", "mode": "0755"}]}, {"paths": {}})
+
+
+class _NoDeepcopyDict(dict):
+    """Stands in for ansible-core's lazy dicts, whose deepcopy copies every variable of the host."""
+
+    def __deepcopy__(self, memo):
+        raise AssertionError("the filter deep-copied a container it was given")
+
+
+def test_daemon_config_copies_the_options_without_deepcopy():
+    options = _NoDeepcopyDict({"runtimes": _NoDeepcopyDict({"crun": {"path": "crun"}}), "dns": ["10.0.0.1"]})
+    config = FILTERS["container_runtime_daemon_config"](options, "nvidia-container-runtime", LIMITS)
+    assert config["runtimes"] == {"crun": {"path": "crun"}, "nvidia": {"path": "nvidia-container-runtime"}}
+    assert config["dns"] == ["10.0.0.1"]
+    # The options given are left as they were.
+    assert options == {"runtimes": {"crun": {"path": "crun"}}, "dns": ["10.0.0.1"]}
+
+
+def test_plain_rebuilds_containers_and_keeps_values():
+    from ansible_collections.dgxspark.cluster.plugins.filter.node_software import plain
+
+    value = _NoDeepcopyDict({"a": [1, ("x", _NoDeepcopyDict({"b": None}))]})
+    result = plain(value)
+    assert result == {"a": [1, ("x", {"b": None})]}
+    assert type(result) is dict and type(result["a"][1][1]) is dict and type(result["a"][1]) is tuple

@@ -201,6 +201,26 @@ def test_watch_stops_the_rank_after_consecutive_failures_once_served(monkeypatch
     ]
 
 
+def test_watch_looks_often_until_the_engine_has_served_then_at_its_interval(systemctl_stop):
+    clock = FakeClock()
+    good = {"ready": True, "detail": "ok", "text": " 42"}
+    bad = {"ready": False, "detail": "/health: connection refused", "text": None}
+    answers = iter([bad, bad, good, bad, bad])
+    looks = []
+
+    def look():
+        looks.append(clock.now)
+        return next(answers)
+
+    reason = watch("u", {"x": 1}, 60, 2, True, clock=clock, sleep=clock.sleep, units=lambda: ACTIVE,
+                   look=look, log=lambda m: None)
+    assert "half-alive" in reason
+    # Every STARTING_INTERVAL (5 s) while the engine starts, then every 60 s: a rank that
+    # dies right after the start is not left unwatched for a whole interval.
+    gaps = [round(b - a, 3) for a, b in zip(looks, looks[1:])]
+    assert gaps == [5.0, 5.0, 60.0, 60.0]
+
+
 def test_watch_ends_quietly_when_the_unit_stops(monkeypatch):
     monkeypatch.setattr(_engine_health.subprocess, "run", lambda *a, **k: pytest.fail("must not stop anything"))
     clock = FakeClock()
