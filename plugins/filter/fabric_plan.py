@@ -6,8 +6,6 @@ from __future__ import annotations
 from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_plan import (
     counters_by_hca,
     fabric_plan_problems,
-    link_states,
-    ping_targets,
 )
 
 
@@ -15,7 +13,5 @@ class FilterModule:
     def filters(self):
         return {
             "fabric_plan_problems": fabric_plan_problems,
-            "fabric_link_states": link_states,
-            "fabric_ping_targets": ping_targets,
             "fabric_counters_by_hca": counters_by_hca,
         }

@@ -6,7 +6,6 @@ node is changed."""
 from __future__ import annotations
 
 import ipaddress
-import json
 
 MIN_MTU = 1280
 MAX_MTU = 9216
@@ -105,50 +104,6 @@ def fabric_plan_problems(nodes):
                 )
             seen.setdefault(interface.network, position)
     return problems
-
-
-def link_states(results, mtu):
-    """Summarise C(ip -j addr show dev X) results of the fabric links.
-
-    O(results) are the loop results of that command, each with C(item) (the
-    link from roce_fabric_links) and C(stdout). A link is C(configured) when
-    it has its address and O(mtu); C(carrier) is the kernel's LOWER_UP flag.
-    """
-    states = []
-    for result in results:
-        link = result.get("item") or {}
-        state = {"ifname": link.get("netdev"), "hca": link.get("hca"), "address": link.get("address"),
-                 "carrier": False, "mtu": None, "addresses": [], "configured": False}
-        try:
-            shown = json.loads(result.get("stdout") or "[]")
-        except ValueError:
-            shown = []
-        if shown:
-            entry = shown[0]
-            state["carrier"] = "LOWER_UP" in entry.get("flags", [])
-            state["mtu"] = entry.get("mtu")
-            state["addresses"] = [a.get("local") for a in entry.get("addr_info", []) if a.get("family") == "inet"]
-            state["configured"] = state["mtu"] == int(mtu) and link.get("address") in state["addresses"]
-        states.append(state)
-    return states
-
-
-def ping_targets(hosts, hostvars, me):
-    """Peers' addresses to ping from O(me), link by link.
-
-    Link N of O(me) pings link N of every other host, and only links with
-    carrier on both ends (C(roce_fabric_link_state) of each host).
-    """
-    mine = hostvars[me].get("roce_fabric_link_state") or []
-    targets = []
-    for peer in hosts:
-        if peer == me:
-            continue
-        theirs = hostvars[peer].get("roce_fabric_link_state") or []
-        for position, link in enumerate(mine):
-            if position < len(theirs) and link.get("carrier") and theirs[position].get("carrier"):
-                targets.append({"peer": peer, "netdev": link["ifname"], "address": theirs[position]["address"]})
-    return targets
 
 
 def counters_by_hca(results):

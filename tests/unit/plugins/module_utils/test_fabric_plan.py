@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_plan import (
     counters_by_hca,
     fabric_plan_problems,
-    link_states,
-    ping_targets,
 )
 
 
@@ -77,64 +74,6 @@ def test_different_link_counts_are_refused():
 def test_empty_links_are_refused():
     problems = fabric_plan_problems({"spark1": {"mtu": 9000, "links": []}})
     assert problems == ["spark1: roce_fabric_links is empty; give the node at least one fabric link"]
-
-
-def ip_show(ifname, mtu, addresses, lower_up=True):
-    flags = ["BROADCAST", "MULTICAST", "UP"] + (["LOWER_UP"] if lower_up else [])
-    addr_info = [{"family": "inet", "local": a, "prefixlen": 24} for a in addresses]
-    return json.dumps([{"ifname": ifname, "mtu": mtu, "flags": flags, "addr_info": addr_info}])
-
-
-LINK = {"netdev": "enP2p1s0f1np1", "hca": "roceP2p1s0f1", "address": "192.168.100.11", "prefix": 24}
-
-
-@pytest.mark.parametrize(
-    "stdout, carrier, configured",
-    [
-        (ip_show("enP2p1s0f1np1", 9000, ["192.168.100.11"]), True, True),
-        (ip_show("enP2p1s0f1np1", 1500, ["192.168.100.11"]), True, False),
-        (ip_show("enP2p1s0f1np1", 9000, ["192.168.100.99"]), True, False),
-        (ip_show("enP2p1s0f1np1", 9000, [], lower_up=False), False, False),
-        ("", False, False),
-        ("not json", False, False),
-    ],
-)
-def test_link_states_read_carrier_and_configuration(stdout, carrier, configured):
-    (state,) = link_states([{"item": LINK, "stdout": stdout}], 9000)
-    assert (state["carrier"], state["configured"]) == (carrier, configured)
-    assert (state["ifname"], state["hca"], state["address"]) == ("enP2p1s0f1np1", "roceP2p1s0f1", "192.168.100.11")
-
-
-def test_link_states_ignore_ipv6_addresses():
-    stdout = json.dumps([{"ifname": "x", "mtu": 9000, "flags": ["LOWER_UP"],
-                          "addr_info": [{"family": "inet6", "local": "fe80::1"}, {"family": "inet", "local": "10.0.0.1"}]}])
-    (state,) = link_states([{"item": {"address": "10.0.0.1"}, "stdout": stdout}], "9000")
-    assert state["addresses"] == ["10.0.0.1"] and state["configured"]
-
-
-def _state(ifname, address, carrier=True):
-    return {"ifname": ifname, "address": address, "carrier": carrier}
-
-
-def test_ping_targets_pair_links_by_position_and_need_carrier_on_both_ends():
-    hostvars = {
-        "a": {"roce_fabric_link_state": [_state("f0", "10.0.0.1"), _state("f1", "10.0.1.1")]},
-        "b": {"roce_fabric_link_state": [_state("f0", "10.0.0.2"), _state("f1", "10.0.1.2", carrier=False)]},
-        "c": {"roce_fabric_link_state": [_state("f0", "10.0.0.3"), _state("f1", "10.0.1.3")]},
-    }
-    assert ping_targets(["a", "b", "c"], hostvars, "a") == [
-        {"peer": "b", "netdev": "f0", "address": "10.0.0.2"},
-        {"peer": "c", "netdev": "f0", "address": "10.0.0.3"},
-        {"peer": "c", "netdev": "f1", "address": "10.0.1.3"},
-    ]
-    assert ping_targets(["a", "b", "c"], hostvars, "b") == [
-        {"peer": "a", "netdev": "f0", "address": "10.0.0.1"},
-        {"peer": "c", "netdev": "f0", "address": "10.0.0.3"},
-    ]
-
-
-def test_ping_targets_of_a_host_without_state_are_empty():
-    assert ping_targets(["a", "b"], {"a": {}, "b": {"roce_fabric_link_state": [_state("f0", "10.0.0.2")]}}, "a") == []
 
 
 def test_counters_by_hca_names_each_counter_after_its_hca():
