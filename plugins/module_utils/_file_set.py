@@ -389,14 +389,19 @@ def _parent_problem(step, will_exist):
     return "%s %s: found %s at %s; expected a directory there" % (step.kind, step.path, found, parent)
 
 
+def _plan_creation(step, problems, will_exist):
+    """A file or link that does not exist yet: created, unless its directory cannot hold it."""
+    problem = _parent_problem(step, will_exist)
+    if problem:
+        problems.append(problem)
+    else:
+        step.reasons.append("created")
+
+
 def _plan_file(step, problems, will_exist):
     st = _lstat(step.path)
     if st is None:
-        problem = _parent_problem(step, will_exist)
-        if problem:
-            problems.append(problem)
-        else:
-            step.reasons.append("created")
+        _plan_creation(step, problems, will_exist)
         return
     if not stat.S_ISREG(st.st_mode):
         problems.append("file %s: found %s; expected a regular file (or nothing)" % (step.path, describe(st, step.path)))
@@ -413,11 +418,7 @@ def _plan_file(step, problems, will_exist):
 def _plan_link(step, problems, will_exist):
     st = _lstat(step.path)
     if st is None:
-        problem = _parent_problem(step, will_exist)
-        if problem:
-            problems.append(problem)
-        else:
-            step.reasons.append("created")
+        _plan_creation(step, problems, will_exist)
         return
     if not stat.S_ISLNK(st.st_mode):
         problems.append("link %s: found %s; expected a symlink (or nothing)" % (step.path, describe(st, step.path)))
