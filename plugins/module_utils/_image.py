@@ -104,3 +104,58 @@ def required_free_bytes(image_size, factor, headroom_bytes):
     """Space a ``docker load`` of an image needs: the daemon unpacks the
     archive into its temporary directory before it registers the layers."""
     return int(image_size * factor + headroom_bytes)
+
+
+def refs(ref, repository=DEFAULT_LOCAL_REPOSITORY, mirror=None):
+    """The local tag and the reference to pull of a pinned reference; ValueError names
+    what is wrong with either."""
+    return {"local_ref": local_ref(ref, repository or DEFAULT_LOCAL_REPOSITORY), "pull_ref": mirror_ref(ref, mirror)}
+
+
+def inspect_result(found_refs, docker, local, ref_image, docker_root_dir):
+    """What dgxspark.cluster.engine_image returns with state=inspect: the image under the
+    local tag (O(local), as :func:`parse_inspect` returns it, None when absent) and under
+    the pulled reference (O(ref_image)), and the daemon's root directory."""
+    return {
+        "changed": False,
+        "local_ref": found_refs["local_ref"],
+        "pull_ref": found_refs["pull_ref"],
+        "pulled": False,
+        "seconds": 0.0,
+        "docker": docker,
+        "previous_id": local["id"] if local else None,
+        "image_id": local["id"] if local else None,
+        "ref_id": ref_image["id"] if ref_image else None,
+        "size": (local or ref_image or {}).get("size", 0),
+        "docker_root_dir": docker_root_dir,
+    }
+
+
+def read_spec(found_refs):
+    """The node state read (dgxspark.cluster.node_state_read_command) of state=inspect:
+    where docker is, both images and the daemon's root directory, in one call."""
+    return {
+        "commands": {
+            "docker": ["sh", "-c", "command -v docker"],
+            "local": ["docker", "image", "inspect", found_refs["local_ref"]],
+            "ref": ["docker", "image", "inspect", found_refs["pull_ref"]],
+            "root": ["docker", "info", "--format", "{{.DockerRootDir}}"],
+        }
+    }
+
+
+def inspect_from_read(state, found_refs):
+    """:func:`inspect_result` from the parsed node state read of :func:`read_spec`;
+    RuntimeError when docker is missing or failed."""
+    commands = state["commands"]
+    docker = commands["docker"]
+    if docker["rc"] != 0 or not docker["stdout"].strip():
+        raise RuntimeError("docker is not installed on this node (not on PATH); the container_runtime role installs it")
+    local = parse_inspect(commands["local"]["rc"], commands["local"]["stdout"], commands["local"]["stderr"])
+    ref_image = parse_inspect(commands["ref"]["rc"], commands["ref"]["stdout"], commands["ref"]["stderr"])
+    root = commands["root"]
+    if root["rc"] != 0:
+        raise RuntimeError(
+            "reading the daemon failed: 'docker info' exited %d: %s" % (root["rc"], (root["stderr"] or root["stdout"]).strip())
+        )
+    return inspect_result(found_refs, docker["stdout"].strip(), local, ref_image, root["stdout"].strip())

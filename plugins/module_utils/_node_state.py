@@ -6,8 +6,9 @@
 A role describes what it needs to know about a node (a *read spec*): installed packages,
 the type, mode, owner and content digest of paths, whether systemd units are enabled and
 running, the output of read-only commands, the free space under paths, and the GPU as
-``nvidia-smi`` reports it. :func:`read_argv` turns the spec into one ``sh -c`` command line
-for ``ansible.builtin.command``; :func:`parse_read` turns what it printed back into data;
+``nvidia-smi`` reports it. :func:`read_command` turns the spec into one ``sh -c`` command
+line for ``ansible.builtin.raw`` (a read needs no module on the node: one SSH exec, where a
+module costs an upload and an interpreter start); :func:`parse_read` turns what it printed back into data;
 :func:`file_set_pending` says which paths of a ``dgxspark.cluster.file_set`` set differ
 from what was read, so a converged node needs no ``file_set`` call at all.
 
@@ -134,15 +135,19 @@ def check_spec(spec):
         "units": _names(spec, "units"),
         "commands": {name: [str(arg) for arg in argv] for name, argv in commands.items()},
         "disks": _paths(spec, "disks"),
-        "gpu": _flag(spec.get("gpu", False)),
+        "gpu": _gpu(spec.get("gpu", False)),
     }
 
 
-def _flag(value):
+def _gpu(value):
+    """False, True (nvidia-smi searched as gpu_facts searches it) or the absolute path of nvidia-smi."""
     if isinstance(value, str):
-        if value.strip().lower() in ("true", "yes", "1", "false", "no", "0", ""):
-            return value.strip().lower() in ("true", "yes", "1")
-        raise NodeStateError("read spec gpu=%r; expected true or false" % value)
+        word = value.strip()
+        if word.lower() in ("true", "yes", "1", "false", "no", "0", ""):
+            return word.lower() in ("true", "yes", "1")
+        if word.startswith("/") and "\n" not in word and "\0" not in word:
+            return posixpath.normpath(word)
+        raise NodeStateError("read spec gpu=%r; expected true, false or the absolute path of nvidia-smi" % value)
     return bool(value)
 
 
@@ -169,7 +174,10 @@ def read_script(spec):
         search = ":".join(NVIDIA_SMI_OPT_DIRS) + ':"$PATH":' + ":".join(SBIN_DIRS)
         query = build_query_argv("nvidia-smi", QUERY_FIELDS)[1:]
         lines.append("mark gpu")
-        lines.append('s=$(PATH=%s; command -v nvidia-smi) || s=' % search)
+        if spec["gpu"] is True:
+            lines.append('s=$(PATH=%s; command -v nvidia-smi) || s=' % search)
+        else:
+            lines.append("s=%s; [ -x \"$s\" ] || s=" % q(spec["gpu"]))
         lines.append("printf 'nvidia-smi %s\\n' \"$s\"")
         lines.append('[ -z "$s" ] || rd_command %s "$s" %s' % (GPU_COMMAND, " ".join(q(arg) for arg in query)))
     lines.append("mark end")
@@ -177,8 +185,13 @@ def read_script(spec):
 
 
 def read_argv(spec):
-    """The argv of ansible.builtin.command that runs :func:`read_script`."""
+    """The argv that runs :func:`read_script`."""
     return ["sh", "-c", read_script(spec)]
+
+
+def read_command(spec):
+    """The shell command line of ansible.builtin.raw that runs :func:`read_script`."""
+    return shlex.join(read_argv(spec))
 
 
 def _sections(text):

@@ -213,9 +213,9 @@ class EngineImage:
 
     def state_inspect(self):
         local, ref_image = self.inspect(self.local_ref), self.inspect(self.pull_ref)
-        self.result["previous_id"] = local["id"] if local else None
-        self.record(local, ref_image)
-        self.result["docker_root_dir"] = self.must(["info", "--format", "{{.DockerRootDir}}"], "reading the daemon").strip()
+        root = self.must(["info", "--format", "{{.DockerRootDir}}"], "reading the daemon").strip()
+        self.result.update(_image.inspect_result(
+            {"local_ref": self.local_ref, "pull_ref": self.pull_ref}, self.docker, local, ref_image, root))
 
     def state_pulled(self):
         expected = self.module.params["expected_id"]

@@ -151,3 +151,16 @@ def test_timeline_errors_become_filter_errors_with_the_same_message(name, functi
         FILTERS[name](*args)
     assert filter_raised.value.message == str(raised.value)
     assert isinstance(filter_raised.value.orig_exc, EngineTimelineError)
+
+
+def test_the_engine_image_filters_reach_the_play_as_filter_errors():
+    from ansible_collections.dgxspark.cluster.plugins.filter.engine_image import FilterModule as ImageFilters
+
+    image_filters = ImageFilters().filters()
+    spec = image_filters["engine_image_read_spec"]("repo/x@sha256:" + "ab" * 32)
+    assert spec["commands"]["local"] == ["docker", "image", "inspect", "dgxspark/engine:" + "ab" * 6]
+    with pytest.raises(AnsibleFilterError, match="is not pinned by digest"):
+        image_filters["engine_image_read_spec"]("repo/x:latest")
+    with pytest.raises(AnsibleFilterError, match="docker is not installed"):
+        image_filters["engine_image_inspect"](
+            {"commands": {"docker": {"rc": 1, "stdout": "", "stderr": ""}}}, "repo/x@sha256:" + "ab" * 32)

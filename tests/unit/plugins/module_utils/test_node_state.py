@@ -29,7 +29,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state impor
     file_set_pending,
     gpu_facts_from,
     parse_read,
-    read_argv,
+    read_command,
     read_script,
 )
 
@@ -62,15 +62,18 @@ def bin_dir(tmp_path):
 
 
 def run(spec, bin_dir=None, extra_path=None):
-    """Run the read as ansible.builtin.command would and return its result dict."""
+    """Run the read as ansible.builtin.raw would (its command line through a shell) and return
+    its result dict."""
     path = os.environ.get("PATH", "/usr/bin:/bin")
     if bin_dir is not None:
         path = str(bin_dir) + os.pathsep + path
     if extra_path is not None:
         path = extra_path
-    done = subprocess.run(read_argv(spec), capture_output=True, text=True, env=dict(os.environ, PATH=path), check=False)
+    done = subprocess.run(
+        ["sh", "-c", read_command(spec)], capture_output=True, text=True, env=dict(os.environ, PATH=path), check=False
+    )
     assert done.returncode == 0, done.stderr
-    # The command module strips the trailing newline of both streams.
+    # The connection strips the trailing newline of both streams.
     return {"rc": done.returncode, "stdout": done.stdout.rstrip("\r\n"), "stderr": done.stderr.rstrip("\r\n")}
 
 
@@ -97,7 +100,7 @@ def test_spec_paths_are_normalised_and_lists_default_to_empty():
         ({"commands": {"info": "docker info"}}, "expected a non-empty argv list"),
         ({"commands": {"gpu-query": ["true"]}}, "is the GPU query's"),
         ("paths", "expected a dict"),
-        ({"gpu": "maybe"}, "read spec gpu='maybe'; expected true or false"),
+        ({"gpu": "maybe"}, "read spec gpu='maybe'; expected true, false or the absolute path of nvidia-smi"),
     ],
 )
 def test_a_spec_the_read_cannot_follow_is_refused(spec, message):
@@ -108,6 +111,10 @@ def test_a_spec_the_read_cannot_follow_is_refused(spec, message):
 @pytest.mark.parametrize("value, wanted", [(True, True), ("True", True), ("false", False), ("", False), (0, False)])
 def test_the_gpu_flag_may_come_templated_as_text(value, wanted):
     assert check_spec({"gpu": value})["gpu"] is wanted
+
+
+def test_the_gpu_may_name_its_nvidia_smi():
+    assert check_spec({"gpu": "/opt/nvidia//bin/nvidia-smi"})["gpu"] == "/opt/nvidia/bin/nvidia-smi"
 
 
 def test_values_are_quoted_into_the_script():
@@ -303,6 +310,21 @@ def test_a_failing_nvidia_smi_gives_no_gpu_and_a_warning(bin_dir):
         "%s exited 9; expected 0 and one CSV line per GPU (is the NVIDIA driver loaded?): "
         "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver." % (bin_dir / "nvidia-smi")
     )
+
+
+@needs_gnu_tools
+def test_a_named_nvidia_smi_is_the_one_queried(tmp_path, bin_dir):
+    stand_in(bin_dir, "nvidia-smi", "exit 9\n")
+    named = stand_in(tmp_path, "nvidia-smi", 'case "$1" in --query-gpu=*) echo "%s";; *) exit 2;; esac\n' % GB10_LINE)
+    spec = {"gpu": str(named)}
+    gpu = parse_read(run(spec, bin_dir), spec)["gpu"]
+    assert gpu["nvidia_smi"] == str(named)
+    assert gpu["facts"]["dgxspark_gpu_count"] == 1 and gpu["warning"] is None
+
+
+def test_a_named_nvidia_smi_that_is_not_there_is_no_gpu(tmp_path):
+    spec = {"gpu": str(tmp_path / "absent" / "nvidia-smi")}
+    assert parse_read(run(spec), spec)["gpu"] == {"nvidia_smi": "", "facts": absent_gpu_facts(), "warning": None}
 
 
 def test_no_nvidia_smi_gives_no_gpu_and_no_warning():
