@@ -43,6 +43,16 @@ def wait_for(predicate, timeout, step=2):
     return predicate()
 
 
+def test_restart_of_an_unchanged_version_restarts_nothing_and_says_how_to_force_it():
+    containers = {host: engine_container(host) for host in HOSTS}
+    result = run_playbook("restart.yml")
+    assert result.returncode == 0, flat(result.stdout)[-3000:]
+    assert {host: engine_container(host) for host in HOSTS} == containers
+    assert len(re.findall(r"^spark\d\s+:.*changed=0 ", result.stdout, re.M)) == len(HOSTS), flat(result.stdout)[-2000:]
+    assert "nothing changed, so no rank restarts" in flat(result.stdout)
+    assert "-e engine_service_restart=true" in flat(result.stdout)
+
+
 def test_upgrade_to_a_new_image_serves_until_the_switch_and_after_it():
     old = {host: deployed_record(host) for host in HOSTS}
     with ServingMonitor() as monitor:
