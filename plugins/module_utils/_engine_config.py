@@ -734,12 +734,26 @@ def env_file_text(env):
     return "".join(lines)
 
 
+# Where a rank's secrets file (VLLM_API_KEY=...) is mounted, read-only, and the
+# wrapper that exports the key from it to the engine alone: the key never
+# reaches Docker's configuration (docker inspect), the command line or an
+# env file Docker reads. The file is read line by line, with no shell
+# evaluation of its content.
+SECRETS_TARGET = "/run/secrets/dgxspark-engine.env"
+SECRETS_WRAPPER = (
+    'while IFS= read -r line || [ -n "$line" ]; do case $line in VLLM_API_KEY=*) '
+    'VLLM_API_KEY=${line#VLLM_API_KEY=}; export VLLM_API_KEY;; esac; done < %s && exec "$@"' % SECRETS_TARGET
+)
+
+
 def container_argv(container, image, command):
     """The C(docker run) command line of one rank, program first.
 
     O(container) holds C(docker) (the client's path), C(name), C(gpus),
     C(devices), C(capabilities), C(ulimits) (name to C(soft:hard)),
-    C(shm_size), C(env_files) and C(mounts) (C(src), C(dest), C(readonly));
+    C(shm_size), C(env_files), C(mounts) (C(src), C(dest), C(readonly)) and
+    C(secrets_file) (the node's root-only file holding C(VLLM_API_KEY=...), mounted
+    read-only at C(SECRETS_TARGET) and exported to the engine by a C(sh) wrapper);
     O(command) is the engine's argv inside the image, e.g. C(["vllm", "serve", ...]).
     The rank always shares the node's network and IPC namespaces and runs
     under an init process; it is never privileged.
@@ -782,6 +796,11 @@ def container_argv(container, image, command):
         if mount.get("readonly", True):
             spec += ",readonly"
         argv += ["--mount", spec]
+    secrets_file = container.get("secrets_file")
+    if secrets_file:
+        if not isinstance(secrets_file, str) or not posixpath.isabs(secrets_file) or "," in secrets_file:
+            raise EngineConfigError("the secrets file %r is not an absolute path without commas" % (secrets_file,))
+        argv += ["--mount", "type=bind,source=%s,target=%s,readonly" % (secrets_file, SECRETS_TARGET)]
     for argument in container.get("extra_args") or []:
         flag = argument.split("=", 1)[0] if isinstance(argument, str) else None
         if flag in _CONTAINER_MANAGED:
@@ -790,5 +809,7 @@ def container_argv(container, image, command):
                 % (argument,))
         argv.append(argument)
     argv.append(image)
+    if secrets_file:
+        argv += ["sh", "-c", SECRETS_WRAPPER, "dgxspark-engine"]
     argv += list(command)
     return argv

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from helpers import (
+    API_KEY,
     ENGINE_UNIT,
     ROOT,
     completion,
@@ -27,6 +28,8 @@ from helpers import (
 
 sys.path.insert(0, str(ROOT / "collections"))
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (  # noqa: E402
+    SECRETS_TARGET,
+    SECRETS_WRAPPER,
     parse_systemd_exec_line,
 )
 
@@ -61,9 +64,10 @@ def test_each_rank_runs_the_rendered_multi_node_command_line(host):
     assert " ".join(expected) in joined
     assert ("--headless" in vllm) == (rank != 0)
     assert ("--port" in vllm) == (rank == 0)
-    # The container's init runs exactly these arguments: JSON values arrive intact.
+    # The container's init runs exactly these arguments: JSON values arrive intact,
+    # behind the wrapper that exports the API key from its mounted file.
     cmdline = node_state(host, "docker exec dgxspark-engine cat /proc/1/cmdline").split("\0")
-    assert cmdline[cmdline.index("--") + 1:-1] == vllm
+    assert cmdline[cmdline.index("--") + 1:-1] == ["sh", "-c", SECRETS_WRAPPER, "dgxspark-engine"] + vllm
     assert '{"mode":0}' in vllm
 
 
@@ -92,8 +96,42 @@ def test_the_gid_index_is_resolved_per_node_at_start():
 def test_env_and_secrets_files_are_root_only(host):
     record = deployed_record(host)
     listing = node_state(host, "stat -c '%a %U %n' /etc/dgxspark/engine/versions/{0} "
-                               "/etc/dgxspark/engine/versions/{0}/engine.env".format(record["version"]))
-    assert [line.split()[:2] for line in listing.splitlines()] == [["700", "root"], ["600", "root"]]
+                               "/etc/dgxspark/engine/versions/{0}/engine.env "
+                               "/etc/dgxspark/engine/versions/{0}/secrets.env".format(record["version"]))
+    assert [line.split()[:2] for line in listing.splitlines()] == [["700", "root"], ["600", "root"], ["600", "root"]]
+
+
+def test_the_api_key_guards_the_api_and_appears_nowhere_it_could_be_read(tmp_path):
+    # The key is in use: the API refuses a request without it.
+    assert completion(api_key="")[0] == 401
+    assert completion()[0] == 200
+    token = (ROOT / "molecule" / "resources" / "standins" / "hf_hub.token").read_text().strip()
+    # spark2 lost its secrets file: the run writes it again, so the key really
+    # passes through a module call under -vvv.
+    secrets = "/etc/dgxspark/engine/versions/%s/secrets.env" % deployed_record("spark2")["version"]
+    node_state("spark2", "rm " + secrets)
+    log = tmp_path / "ansible.log"
+    result = run_playbook("site.yml", "-vvv", env={"ANSIBLE_LOG_PATH": str(log)})
+    assert result.returncode == 0, flat(result.stdout)[-3000:]
+    assert log.stat().st_size > 0
+    assert node_state("spark2", "stat -c '%a %U' " + secrets).split() == ["600", "root"]
+    places = {"the -vvv output and log": result.stdout + result.stderr + log.read_text()}
+    for host in HOSTS:
+        places[host + " docker inspect"] = node_state(host, "docker inspect dgxspark-engine")
+        places[host + " process list"] = node_state(host, "ps -eo args")
+        places[host + " units"] = node_state(host, "systemctl cat dgxspark-engine.service dgxspark-engine-watchdog.service")
+        # Every file other users could read where the collection writes.
+        places[host + " world-readable files"] = node_state(
+            host, "find /etc/dgxspark /var/lib/dgxspark /run/dgxspark-engine /etc/systemd/system /srv/models "
+                  "-type f -perm -o=r -exec cat {} + 2>/dev/null; true")
+        # The engine got it only through the mounted root-only file.
+        assert SECRETS_TARGET in engine_container(host, "{{range .Mounts}}{{.Destination}}\n{{end}}")
+    places["controller files"] = "".join(
+        path.read_text(errors="replace") for folder in ("reports", ".cache/facts")
+        for path in (ROOT / folder).rglob("*") if path.is_file())
+    for place, text in places.items():
+        assert API_KEY not in text, "the API key is readable in " + place
+        assert token not in text, "the Hub token is readable in " + place
 
 
 @pytest.mark.parametrize("host", HOSTS)

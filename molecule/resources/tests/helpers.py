@@ -36,15 +36,17 @@ def group_vars():
     return merged
 
 
-def run_playbook(playbook, *args, extra_vars=None, check=False, timeout=900):
-    """Run a playbook of the collection on the simulated cluster; return the CompletedProcess."""
+def run_playbook(playbook, *args, extra_vars=None, check=False, timeout=900, env=None):
+    """Run a playbook of the collection on the simulated cluster (O(env) added to the
+    environment); return the CompletedProcess."""
     cmd = ["ansible-playbook", "-i", str(INVENTORY), str(ROOT / "playbooks" / playbook)]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
     if check:
         cmd.append("--check")
     cmd += list(args)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
+               **(env or {}))
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -97,15 +99,21 @@ def engine_head():
     raise LookupError("no host has engine_service_rank 0")
 
 
-def completion(prompt="Hello", max_tokens=4, timeout=30):
-    """(HTTP status or error text, completion text) from the head's API."""
+def completion(prompt="Hello", max_tokens=4, timeout=30, api_key=None):
+    """(HTTP status or error text, completion text) from the head's API, sent with the
+    simulated inventory's API key (API_KEY) unless another is given ('' sends none)."""
+    if api_key is None:
+        api_key = API_KEY
     import urllib.error
     import urllib.request
 
     _, url = engine_head()
     body = json.dumps({"model": group_vars()["engine_service_served_model_name"], "prompt": prompt,
                        "max_tokens": max_tokens, "temperature": 0}).encode()
-    request = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    request = urllib.request.Request(url + "/v1/completions", data=body, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, json.loads(response.read())["choices"][0]["text"]
@@ -113,6 +121,10 @@ def completion(prompt="Hello", max_tokens=4, timeout=30):
         return exc.code, None
     except (urllib.error.URLError, OSError) as exc:
         return str(exc), None
+
+
+# The plaintext of the simulated inventory's vaulted engine_service_api_key.
+API_KEY = (ROOT / "molecule" / "resources" / "standins" / "engine_api.key").read_text().strip()
 
 
 def unit_state(host, unit=ENGINE_UNIT):

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
 
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
     MANAGED_FLAGS,
+    SECRETS_TARGET,
+    SECRETS_WRAPPER,
     EngineConfigError,
     container_argv,
     effective_cudagraph_capture_size,
@@ -682,6 +686,35 @@ def test_container_argv_renders_the_rank_container():
         "sha256:" + "ab" * 32, "vllm", "serve", "/models/ds4",
     ]
     assert "--privileged" not in argv
+
+
+def test_the_api_key_reaches_the_engine_from_a_mounted_file_only(tmp_path):
+    secrets = "/etc/dgxspark/engine/versions/v1/secrets.env"
+    argv = container_argv(dict(RANK_CONTAINER, secrets_file=secrets), "img", ["vllm", "serve", "/m"])
+    assert "--mount" in argv and "type=bind,source=%s,target=%s,readonly" % (secrets, SECRETS_TARGET) in argv
+    assert secrets not in [argv[i + 1] for i, word in enumerate(argv) if word == "--env-file"]
+    assert argv[argv.index("img") + 1:] == ["sh", "-c", SECRETS_WRAPPER, "dgxspark-engine", "vllm", "serve", "/m"]
+    # The wrapper as the container runs it: the key (with characters a shell would
+    # expand) reaches the engine's environment verbatim, nothing else of the file does.
+    key = "sk-$(touch /tmp/x)`id` \\ 'q' \"d\" *"
+    secrets_path = tmp_path / "secrets.env"
+    secrets_path.write_text("OTHER=1\nVLLM_API_KEY=%s" % key)
+    script = SECRETS_WRAPPER.replace(SECRETS_TARGET, str(secrets_path))
+    done = subprocess.run(["sh", "-c", script, "dgxspark-engine", "sh", "-c", 'printf %s "$VLLM_API_KEY"; printf "|%s" "${OTHER-unset}"'],
+                          capture_output=True, text=True, check=True, env={"PATH": os.environ["PATH"]})
+    assert done.stdout == key + "|unset"
+
+
+def test_a_missing_secrets_file_stops_the_engine_before_it_starts(tmp_path):
+    script = SECRETS_WRAPPER.replace(SECRETS_TARGET, str(tmp_path / "absent.env"))
+    done = subprocess.run(["sh", "-c", script, "dgxspark-engine", "echo", "started"], capture_output=True, text=True)
+    assert done.returncode != 0 and "started" not in done.stdout
+
+
+@pytest.mark.parametrize("secrets_file", ["relative/secrets.env", "/a,b/secrets.env", 7])
+def test_a_secrets_file_that_cannot_be_mounted_is_refused(secrets_file):
+    with pytest.raises(EngineConfigError, match="secrets file"):
+        container_argv(dict(RANK_CONTAINER, secrets_file=secrets_file), "img", ["vllm"])
 
 
 def test_container_argv_survives_the_systemd_round_trip():
