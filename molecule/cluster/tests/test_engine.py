@@ -6,6 +6,7 @@ started by site.yml through per-rank systemd units."""
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 
 import pytest
@@ -120,10 +121,15 @@ def test_the_api_key_guards_the_api_and_appears_nowhere_it_could_be_read(tmp_pat
         places[host + " docker inspect"] = node_state(host, "docker inspect dgxspark-engine")
         places[host + " process list"] = node_state(host, "ps -eo args")
         places[host + " units"] = node_state(host, "systemctl cat dgxspark-engine.service dgxspark-engine-watchdog.service")
-        # Every file other users could read where the collection writes.
-        places[host + " world-readable files"] = node_state(
-            host, "find /etc/dgxspark /var/lib/dgxspark /run/dgxspark-engine /etc/systemd/system /srv/models "
-                  "-type f -perm -o=r -exec cat {} + 2>/dev/null; true")
+        # Every file other users could read where the collection writes: the node
+        # greps them (the secrets go in on stdin, into a root-only file) and names
+        # any that holds one.
+        places[host + " world-readable files"] = subprocess.run(
+            ["docker", "exec", "-i", host, "sh", "-c",
+             "umask 077; cat > /root/secret-patterns; find /etc/dgxspark /var/lib/dgxspark /run/dgxspark-engine "
+             "/etc/systemd/system /srv/models /tmp -type f -perm -o=r -exec grep -lF -f /root/secret-patterns {} + "
+             "2>/dev/null; rm -f /root/secret-patterns; true"],
+            input=API_KEY + "\n" + token + "\n", capture_output=True, text=True, check=True).stdout
         # The engine got it only through the mounted root-only file.
         assert SECRETS_TARGET in engine_container(host, "{{range .Mounts}}{{.Destination}}\n{{end}}")
     places["controller files"] = "".join(
