@@ -124,12 +124,13 @@ def test_the_api_key_guards_the_api_and_appears_nowhere_it_could_be_read(tmp_pat
         # Every file other users could read where the collection writes: the node
         # greps them (the secrets go in on stdin, into a root-only file) and names
         # any that holds one.
-        places[host + " world-readable files"] = subprocess.run(
+        holding = subprocess.run(
             ["docker", "exec", "-i", host, "sh", "-c",
              "umask 077; cat > /root/secret-patterns; find /etc/dgxspark /var/lib/dgxspark /run/dgxspark-engine "
              "/etc/systemd/system /srv/models /tmp -type f -perm -o=r -exec grep -lF -f /root/secret-patterns {} + "
              "2>/dev/null; rm -f /root/secret-patterns; true"],
             input=API_KEY + "\n" + token + "\n", capture_output=True, text=True, check=True).stdout
+        assert holding == "", "world-readable files on %s hold the API key or the Hub token: %s" % (host, holding)
         # The engine got it only through the mounted root-only file.
         assert SECRETS_TARGET in engine_container(host, "{{range .Mounts}}{{.Destination}}\n{{end}}")
     places["controller files"] = "".join(
