@@ -76,8 +76,9 @@ def test_upgrade_to_a_new_image_serves_until_the_switch_and_after_it():
     parts = re.search(r"The gap'{1,2}s parts: stop ([\d.]+) s, startup ([\d.]+) s, rendezvous ([\d.]+) s, "
                       r"model load ([\d.]+) s, engine init ([\d.]+) s, first completion ([\d.]+) s", flat(result.stdout))
     assert parts, flat(result.stdout)[-3000:]
-    # The ranks are killed after engine_service_stop_timeout (1 s here), not systemd's 90 s.
-    assert float(parts.group(1)) < 1 + 5
+    # The ranks are killed after engine_service_stop_timeout (1 s here, then docker and
+    # systemd wind down: a few seconds on a loaded 2-core machine), not systemd's 90 s.
+    assert float(parts.group(1)) < 1 + 10
     assert sum(float(value) for value in parts.groups()) <= gap + 5
     for host in HOSTS:
         previous = node_state(host, "readlink /etc/dgxspark/engine/previous").strip()
