@@ -227,9 +227,9 @@ def main():
                          "(or the files of a weights manifest)")
     client = HubClient(p["endpoint"], p["token"], timeout=p["timeout"])
     dry = module.check_mode or p["state"] == "planned"
-    if not dry:
-        os.makedirs(root, mode=0o755, exist_ok=True)
     try:
+        if not dry:
+            os.makedirs(root, mode=0o755, exist_ok=True)
         result = snapshot(client, p["repo_id"], p["revision"], root, p["allow_patterns"], p["ignore_patterns"],
                           check_mode=dry, listing=listing)
     except HubError as exc:

@@ -1,14 +1,19 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The hf_snapshot module's plan from a listing, without a Hub."""
+"""The hf_snapshot module: its plan from a listing without a Hub, and its download,
+check mode, plan and refusals against the Hub stand-in served on the loopback."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import io
 import json
+import threading
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from unit_support import STANDINS
 
 from ansible_collections.dgxspark.cluster.plugins.modules import hf_snapshot
 
@@ -42,3 +47,135 @@ def test_a_peer_plans_from_the_files_of_the_source_manifest(capsys, tmp_path):
 def test_a_listing_without_commit_and_files_is_refused(capsys, tmp_path, listing):
     result = run(capsys, path=str(tmp_path), state="planned", listing=listing)
     assert result["failed"] is True and "listing must hold commit and files" in result["msg"]
+
+
+# --- The module against the Hub stand-in on 127.0.0.1 --------------------------
+
+TOKEN = "hf_module_test_token_0123456789"
+REPO = "org/tiny"
+HUB_FILES = {
+    "config.json": b'{"hidden_size": 64}\n',
+    "tokenizer/tokenizer.json": b'{"model": {"vocab": {}}}\n',
+    "model.safetensors": bytes(range(256)) * 6000,
+}
+
+
+def load_hub_standin():
+    spec = importlib.util.spec_from_file_location("hf_hub_standin", STANDINS / "hf_hub.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def hub(tmp_path):
+    root = tmp_path / "hub-repo"
+    for rel, data in HUB_FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    log = io.StringIO()
+    server = load_hub_standin().make_server(str(root), REPO, TOKEN, port=0, page_size=2, log=log)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    server.endpoint = "http://127.0.0.1:%d" % server.server_address[1]
+    server.downloads = lambda: [line for line in log.getvalue().splitlines() if " file=" in line]
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def from_hub(capsys, hub, path, **params):
+    return run(capsys, path=str(path), repo_id=REPO, endpoint=hub.endpoint, token=TOKEN, timeout=10, **params)
+
+
+def test_present_downloads_every_file_and_names_the_strays(capsys, hub, tmp_path):
+    out = tmp_path / "models" / "tiny"
+    (out / "notes").mkdir(parents=True)
+    (out / "notes" / "mine.txt").write_bytes(b"kept")
+    result = from_hub(capsys, hub, out)
+    assert not result.get("failed"), result.get("msg")
+    assert result["changed"] is True and result["commit"] == hub.repo.sha
+    assert sorted(result["to_fetch"]) == sorted(HUB_FILES)
+    assert result["bytes_received"] == result["total_bytes"] == sum(map(len, HUB_FILES.values()))
+    for rel, data in HUB_FILES.items():
+        assert (out / rel).read_bytes() == data
+    # The stray file is named and left alone; the module's own .cache is no stray.
+    assert result["extra"] == ["notes/mine.txt"] and (out / "notes" / "mine.txt").read_bytes() == b"kept"
+    assert (out / ".cache" / "dgxspark" / "snapshot.json").is_file()
+    assert len(hub.downloads()) == len(HUB_FILES)
+
+    again = from_hub(capsys, hub, out)
+    assert (again["changed"], again["to_fetch"], again["fetched"], again["bytes_received"]) == (False, [], [], 0)
+    assert len(hub.downloads()) == len(HUB_FILES)
+
+
+def test_patterns_reach_the_download(capsys, hub, tmp_path):
+    out = tmp_path / "tiny"
+    result = from_hub(capsys, hub, out, allow_patterns=["*.json", "tokenizer/"], ignore_patterns=["config.*"])
+    assert result["to_fetch"] == ["tokenizer/tokenizer.json"] and result["file_count"] == 1
+    assert sorted(p.name for p in out.iterdir()) == [".cache", "tokenizer"]
+
+
+@pytest.mark.parametrize("params", [{"_ansible_check_mode": True}, {"state": "planned"}], ids=["check", "planned"])
+def test_check_mode_and_planned_ask_the_hub_and_write_nothing(capsys, hub, tmp_path, params):
+    out = tmp_path / "tiny"
+    result = from_hub(capsys, hub, out, **params)
+    assert not result.get("failed"), result.get("msg")
+    assert sorted(result["to_fetch"]) == sorted(HUB_FILES)
+    assert result["bytes_to_fetch"] == sum(map(len, HUB_FILES.values()))
+    # A plan is no change; check mode predicts the download.
+    assert result["changed"] is (params.get("state") != "planned")
+    assert result["fetched"] == [] and result["extra"] == []
+    assert not out.exists() and hub.downloads() == []
+
+
+def test_a_refused_token_fails_naming_the_variable_and_never_shows_the_token(capsys, hub, tmp_path):
+    secret = "hf_wrong_secret_value_42"
+    with patch_module_args(dict(path=str(tmp_path / "tiny"), repo_id=REPO, endpoint=hub.endpoint, token=secret)):
+        with pytest.raises(SystemExit):
+            hf_snapshot.main()
+    out = capsys.readouterr().out
+    result = json.loads(out)
+    assert result["failed"] is True
+    assert result["msg"].startswith(REPO + ": ") and "HTTP 401" in result["msg"]
+    assert "the token in model_weights_hf_token was refused" in result["msg"]
+    assert secret not in out
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"state": "present", "repo_id": REPO, "listing": {"commit": COMMIT, "files": {}}},
+         "listing is given, so the Hub is not asked and nothing can be downloaded; use state=planned with listing"),
+        ({"path": "models/tiny", "repo_id": REPO}, "path is 'models/tiny'; expected an absolute directory"),
+        ({"path": "FILE", "repo_id": REPO}, "FILE exists and is not a directory; expected the model directory"),
+        ({"repo_id": REPO, "endpoint": "huggingface.co"},
+         "endpoint is 'huggingface.co'; expected an http(s) URL such as https://huggingface.co"),
+        ({"state": "planned"}, "one of the following is required: repo_id, listing"),
+    ],
+    ids=["listing-with-present", "relative-path", "path-is-a-file", "endpoint-without-scheme", "nothing-to-list"],
+)
+def test_arguments_that_cannot_work_are_refused_before_the_hub_is_asked(capsys, tmp_path, params, message):
+    a_file = tmp_path / "weights.bin"
+    a_file.write_bytes(b"x")
+    params = dict(params)
+    path = params.pop("path", str(tmp_path / "tiny"))
+    path = str(a_file) if path == "FILE" else path
+    message = message.replace("FILE", str(a_file))
+    # An endpoint nothing listens on: a request would fail with another message.
+    params.setdefault("endpoint", "http://127.0.0.1:9")
+    result = run(capsys, path=path, **params)
+    assert result["failed"] is True and message in result["msg"], result["msg"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights.bin"]
+
+
+def test_a_directory_that_cannot_be_created_fails_with_a_message(capsys, hub, tmp_path):
+    blocker = tmp_path / "models"
+    blocker.write_bytes(b"not a directory")
+    out = blocker / "tiny"
+    result = from_hub(capsys, hub, out)
+    assert result["failed"] is True
+    assert result["msg"].startswith("cannot write the weights under %s: " % out)
+    assert "Not a directory" in result["msg"]
+    assert hub.downloads() == []
