@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_plan import links_shape_problems
 from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_report import (
     FabricReportError,
     _normalise_thresholds,
@@ -51,8 +52,9 @@ def _canonical_plan(plans):
                 "%s: roce_fabric_node_plan must be a mapping with mtu and links, got %r" % (host, plan)
             )
         links = plan.get("links") or []
-        if isinstance(links, (str, bytes)) or not isinstance(links, Sequence):
-            raise FabricScheduleError("%s: the links of the fabric plan must be a list, got %r" % (host, links))
+        problems = links_shape_problems(host, links)
+        if problems:
+            raise FabricScheduleError("; ".join(problems))
         canonical[str(host)] = {
             "mtu": _int_or_text(plan.get("mtu")),
             # Link order matters: NCCL pairs the HCAs of the nodes by position.

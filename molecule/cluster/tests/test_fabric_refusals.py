@@ -27,10 +27,19 @@ def unchanged_nodes():
     assert node_file_digests(HOSTS, NETWORK_FILES) == before, "a refused run changed a node"
 
 
+# The node's management interface (the one holding its ansible_host), looked up
+# on spark1 when a case names it: Docker, not the inventory, names it.
+MANAGEMENT_NETDEV = "<management netdev>"
+# Every node's fabric address moved into the management network 192.168.99.0/24,
+# so that the plan stays sound and the node check is what refuses it.
+IN_MANAGEMENT_SUBNET = "".join(
+    f"{host}:\n      roce_fabric_address: 192.168.99.{50 + index}\n    " for index, host in enumerate(HOSTS, 1)
+)
+
 INVENTORY_REFUSALS = {
     "missing HCA": (
         {"extra_vars": {"roce_fabric_hca": "roceP9p9s0f9"}},
-        "spark1 has no RDMA device roceP9p9s0f9 under /run/dgxspark-sim/sysfs/class/infiniband (found: roceP2p1s0f1)",
+        "spark1 has no RDMA device roceP9p9s0f9 under /run/dgxspark-sim/sysfs/class/infiniband (found: roceP2p1s0f0, roceP2p1s0f1)",
     ),
     "MTU mismatch": (
         {"override": "spark3:\n      roce_fabric_mtu: 1500\n"},
@@ -40,11 +49,60 @@ INVENTORY_REFUSALS = {
         {"override": "spark4:\n      roce_fabric_address: 192.168.100.12\n"},
         "address 192.168.100.12 is used by spark2 roce_fabric_links[0] and spark4 roce_fabric_links[0]",
     ),
+    "management netdev": (
+        {"extra_vars": {"roce_fabric_netdev": MANAGEMENT_NETDEV}},
+        f"spark1: roce_fabric_links[0] netdev {MANAGEMENT_NETDEV} carries 192.168.99.11, the address Ansible reaches "
+        "spark1 through (ansible_host); a fabric netdev gets a static address and would cut the node off. Set "
+        "roce_fabric_netdev to the ConnectX-7 port of the fabric (e.g. enP2p1s0f1np1).",
+    ),
+    "address in the management subnet": (
+        {"override": IN_MANAGEMENT_SUBNET},
+        "spark1: roce_fabric_links[0] address 192.168.99.51 is inside the management subnet 192.168.99.0/24 (",
+    ),
+    "subnet overlapping the management subnet": (
+        {"extra_vars": {"roce_fabric_prefix": 16}},
+        "spark1: roce_fabric_links[0] subnet 192.168.0.0/16 (address 192.168.100.11, prefix 16) overlaps the "
+        "management subnet 192.168.99.0/24 (",
+    ),
+    # The stand-in's second RDMA function (prepare.yml: --sibling) belongs to enP2p1s0f0np0.
+    "HCA of another netdev": (
+        {"extra_vars": {"roce_fabric_hca": "roceP2p1s0f0"}},
+        "spark1: roce_fabric_links[0] pairs hca roceP2p1s0f0 with netdev enP2p1s0f1np1, but roceP2p1s0f0 is the RDMA "
+        "device of enP2p1s0f0np0 (sysfs /run/dgxspark-sim/sysfs/class/infiniband/roceP2p1s0f0/device/net/). Set the "
+        "hca of that link to the device of enP2p1s0f1np1: roceP2p1s0f1.",
+    ),
+    "links given as a mapping": (
+        {"extra_vars": {"roce_fabric_links": {"netdev": "enP2p1s0f1np1", "hca": "roceP2p1s0f1",
+                                              "address": "192.168.100.11", "prefix": 24}}},
+        "Fabric plan refused: spark1: roce_fabric_links is a mapping (keys: address, hca, netdev, prefix); expected a "
+        "list of links, each a mapping with netdev, hca, address and prefix. Write it as a YAML list of mappings",
+    ),
 }
+
+
+def management_netdev(host="spark1"):
+    """The interface of the node that holds its ansible_host."""
+    address = inventory_hosts()[host]["ansible_host"]
+    return node_state(host, f"ip -o -4 addr show to {address}").split()[1]
+
+
+def filled(value, names):
+    """O(value) with each placeholder of O(names) replaced, in strings, lists, tuples and dicts."""
+    if isinstance(value, str):
+        for placeholder, name in names.items():
+            value = value.replace(placeholder, name)
+        return value
+    if isinstance(value, dict):
+        return {key: filled(item, names) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(filled(item, names) for item in value)
+    return value
 
 
 @pytest.mark.parametrize("change, message", INVENTORY_REFUSALS.values(), ids=list(INVENTORY_REFUSALS))
 def test_unsound_fabric_inventory_is_refused_before_any_change(change, message, tmp_path, unchanged_nodes):
+    if MANAGEMENT_NETDEV in repr(change) + message:
+        change, message = filled((change, message), {MANAGEMENT_NETDEV: management_netdev()})
     args = []
     if "override" in change:
         override = tmp_path / "override.yml"

@@ -5,8 +5,9 @@
 This is not part of the collection and must never run on a real node. The
 simulated cluster has no RDMA hardware, so this script writes, under a root
 directory, files shaped like a ConnectX-7's ``class/infiniband/<hca>`` tree for
-one HCA, port and netdev, so that GID discovery and fabric checks can run
-against ``--sysfs-root <root>``:
+one HCA, port and netdev (and, with ``--sibling``, the adapter's other RDMA
+functions), so that GID discovery and fabric checks can run against
+``--sysfs-root <root>``:
 
 * ``ports/<port>/gids/<i>`` with ``gid_attrs/types/<i>`` and
   ``gid_attrs/ndevs/<i>``: slots 0 and 1 hold the default GID
@@ -19,6 +20,15 @@ against ``--sysfs-root <root>``:
   ``ports/<port>/counters/*``.
 * ``<root>/class/net``: a symlink to the real ``/sys/class/net`` (or
   ``--net-dir``), so MTU and netdev statistics come from the node itself.
+* ``class/infiniband/<hca>/device``: as on a real node, a relative symlink to
+  the PCI function's directory (``<root>/devices/pci0002:00/0002:00:00.0/
+  0002:01:00.1`` for ``roceP2p1s0f1``: domain, bus, slot and function come from
+  the name), whose ``net/<netdev>`` names the function's netdev (a symlink to
+  ``<root>/class/net/<netdev>``). That is how the fabric checks tell which
+  netdev an HCA belongs to.
+* ``--sibling HCA=NETDEV`` (repeatable): another RDMA function of the adapter
+  (a ConnectX-7 has one per port half), with its own PCI directory and
+  netdev, port 1 DOWN and no GID table; only its pairing is used.
 
 Addresses come from ``ip -j addr show dev <netdev>`` unless ``--address`` and
 ``--mac`` give them. Run again on an existing tree, or with ``--watch``, it
@@ -36,6 +46,8 @@ import argparse
 import ipaddress
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,8 +81,35 @@ PORT_COUNTER_NAMES = (
 )
 
 
+# udev's names of a PCI RDMA function: [P<domain>]p<bus>s<slot>[f<function>], decimal.
+_HCA_NAME_RE = re.compile(r"\Aroce(?:P(\d+))?p(\d+)s(\d+)(?:f(\d+))?\Z")
+
+
 class StandinError(Exception):
     pass
+
+
+def pci_function_dir(hca):
+    """The PCI function directory of an HCA, relative to the root, as the kernel lays it out:
+    devices/pci<domain>:00/<domain>:00:00.0/<domain>:<bus>:<slot>.<function>."""
+    match = _HCA_NAME_RE.match(hca)
+    if match is None:
+        return os.path.join("devices", "pci0000:00", "0000:00:00.0", "standin-" + hca)
+    domain, bus, slot, function = (int(group or 0) for group in match.groups())
+    return os.path.join(
+        "devices",
+        "pci%04x:00" % domain,
+        "%04x:00:00.0" % domain,
+        "%04x:%02x:%02x.%x" % (domain, bus, slot, function),
+    )
+
+
+def parse_sibling(spec):
+    """(hca, netdev) of a --sibling HCA=NETDEV."""
+    hca, sep, netdev = spec.partition("=")
+    if not sep or not hca or not netdev or "/" in hca + netdev:
+        raise StandinError("--sibling %r: expected HCA=NETDEV, e.g. roceP2p1s0f0=enP2p1s0f0np0" % spec)
+    return hca, netdev
 
 
 def gid_text(ip):
@@ -265,6 +304,33 @@ def _ensure_symlink(path, target):
     os.replace(tmp, path)
 
 
+def link_device(root, hca_dir, hca, netdev):
+    """Point <hca>/device at the PCI function's directory and put the netdev in its net/."""
+    root = os.fspath(root)
+    pci_dir = os.path.join(root, pci_function_dir(hca))
+    os.makedirs(os.path.join(pci_dir, "net"), exist_ok=True)
+    _ensure_symlink(os.path.join(pci_dir, "net", netdev), os.path.join(root, "class", "net", netdev))
+    device = os.path.join(hca_dir, "device")
+    if os.path.isdir(device) and not os.path.islink(device):
+        # A tree of an earlier stand-in: device/ was a directory of its own.
+        shutil.rmtree(device)
+    _ensure_symlink(device, os.path.relpath(pci_dir, hca_dir))
+
+
+def sync_sibling(root, hca, netdev, port=1, rate=DEFAULT_RATE):
+    """Another RDMA function of the adapter: its device, netdev and a DOWN port, no GIDs."""
+    hca_dir = os.path.join(os.fspath(root), "class", "infiniband", hca)
+    port_dir = os.path.join(hca_dir, "ports", str(port))
+    os.makedirs(port_dir, exist_ok=True)
+    link_device(root, hca_dir, hca, netdev)
+    write_if_changed(os.path.join(hca_dir, "node_type"), "1: CA\n")
+    write_if_changed(os.path.join(hca_dir, "hca_type"), "MT4129\n")
+    write_if_changed(os.path.join(port_dir, "link_layer"), "Ethernet\n")
+    write_if_changed(os.path.join(port_dir, "rate"), rate + "\n")
+    write_if_changed(os.path.join(port_dir, "state"), "1: DOWN\n")
+    write_if_changed(os.path.join(port_dir, "phys_state"), "3: Disabled\n")
+
+
 def _parse_bumps(specs):
     bumps = {}
     for spec in specs or ():
@@ -293,18 +359,24 @@ def sync_tree(
     rate=DEFAULT_RATE,
     net_dir="/sys/class/net",
     bump_counters=None,
+    siblings=(),
 ):
-    """Create or update the tree; return the populated slots {slot: (gid, type, ndev)}."""
+    """Create or update the tree; return the populated slots {slot: (gid, type, ndev)}.
+
+    O(siblings) are C(HCA=NETDEV) strings or (hca, netdev) pairs: other RDMA
+    functions of the adapter (:func:`sync_sibling`)."""
     root = os.fspath(root)
+    pairs = [parse_sibling(spec) if isinstance(spec, str) else tuple(spec) for spec in siblings or ()]
     hca_dir = os.path.join(root, "class", "infiniband", hca)
     port_dir = os.path.join(hca_dir, "ports", str(port))
     for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs", "counters"):
         os.makedirs(os.path.join(port_dir, sub), exist_ok=True)
     _ensure_symlink(os.path.join(root, "class", "net"), os.fspath(net_dir))
-    os.makedirs(os.path.join(hca_dir, "device", "net"), exist_ok=True)
-    _ensure_symlink(
-        os.path.join(hca_dir, "device", "net", netdev), os.path.join(root, "class", "net", netdev)
-    )
+    link_device(root, hca_dir, hca, netdev)
+    for sibling_hca, sibling_netdev in pairs:
+        if sibling_hca == hca or pci_function_dir(sibling_hca) == pci_function_dir(hca):
+            raise StandinError("--sibling %s=%s names the PCI function of %s" % (sibling_hca, sibling_netdev, hca))
+        sync_sibling(root, sibling_hca, sibling_netdev, port=port, rate=rate)
 
     write_if_changed(os.path.join(hca_dir, "node_type"), "1: CA\n")
     write_if_changed(os.path.join(hca_dir, "hca_type"), "MT4129\n")
@@ -364,6 +436,7 @@ def _sync_args(args, mac, addresses, bump):
         rate=args.rate,
         net_dir=args.net_dir,
         bump_counters=args.bump_counter if bump else None,
+        siblings=args.sibling or (),
     )
 
 
@@ -435,6 +508,12 @@ def _argument_parser():
         metavar="NAME[=N]",
         help="add N (default 1) to a port counter (repeatable)",
     )
+    parser.add_argument(
+        "--sibling",
+        action="append",
+        metavar="HCA=NETDEV",
+        help="another RDMA function of the adapter and its netdev, port DOWN (repeatable)",
+    )
     parser.add_argument("--net-dir", default="/sys/class/net", help="target of <root>/class/net")
     parser.add_argument(
         "--watch",
@@ -452,6 +531,8 @@ def main(argv=None):
         return 2
     observe = _source(args)
     try:
+        for spec in args.sibling or ():
+            parse_sibling(spec)
         if args.watch:
             signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
             watch(args, observe, args.watch)

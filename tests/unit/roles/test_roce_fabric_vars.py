@@ -1,0 +1,162 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The roce_fabric role's derived variables, templated by ansible-core as a play
+templates them: a mistyped roce_fabric_links reaches validate.yml's assert (whose
+filters name it) instead of failing earlier, in the read's variables.
+
+Each case runs in a subprocess with the collection loader installed, so that the
+role's dgxspark.cluster.* filters resolve as they do in a play."""
+
+from __future__ import annotations
+
+from unit_support import REPO_ROOT
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+    _AnsibleCollectionFinder(paths=[sys.argv[1] + "/collections"])._install()
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    loader = DataLoader()
+    role = {}
+    for part in ("defaults", "vars"):
+        role.update(loader.load_from_file(sys.argv[1] + "/roles/roce_fabric/%s/main.yml" % part,
+                                          trusted_as_template=True))
+    results = []
+    for variables, expressions in json.loads(sys.stdin.read()):
+        templar = Templar(loader=loader, variables=dict(role, **variables))
+        out = {}
+        for name, expression in expressions.items():
+            try:
+                out[name] = templar.template(trust_as_template(expression))
+            except Exception as exc:
+                out[name] = "ERROR %s: %s" % (type(exc).__name__, exc)
+        results.append(out)
+    print(json.dumps(results))
+    """
+)
+CASES = []
+
+
+def case(variables, **expressions):
+    """Register a case; its result is read with result(index) once every case has run."""
+    CASES.append((variables, expressions))
+    return len(CASES) - 1
+
+
+@pytest.fixture(scope="module")
+def results():
+    """Every case in one ansible-core start (about 1.5 s)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(REPO_ROOT)], input=json.dumps(CASES),
+        capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+HOST = {"inventory_hostname": "spark1", "roce_fabric_address": "192.168.100.11"}
+LINK = {"netdev": "enP2p1s0f1np1", "hca": "roceP2p1s0f1", "address": "192.168.100.11", "prefix": 24}
+MAPPING = (
+    "spark1: roce_fabric_links is a mapping (keys: address, hca, netdev, prefix); expected a list of links, each a "
+    "mapping with netdev, hca, address and prefix. Write it as a YAML list of mappings"
+)
+
+
+READ_COMMAND = "{{ roce_fabric_read_spec | dgxspark.cluster.node_state_read_command }}"
+DEFAULTS = case(HOST, files="{{ roce_fabric_networkd_files }}", management="{{ roce_fabric_management }}",
+                read=READ_COMMAND)
+WITH_ANSIBLE_HOST = case(dict(HOST, ansible_host="192.168.99.11"), management="{{ roce_fabric_management }}")
+
+
+def test_the_default_links_read_their_networkd_file_and_name_the_management_path(results):
+    assert results[DEFAULTS]["files"] == ["/etc/systemd/network/60-dgxspark-enP2p1s0f1np1.network"]
+    assert results[DEFAULTS]["management"] == {"address": "spark1", "variable": "inventory_hostname"}
+    assert "/sys/class/infiniband" in results[DEFAULTS]["read"] and "device/net" in results[DEFAULTS]["read"]
+    assert results[WITH_ANSIBLE_HOST]["management"] == {"address": "192.168.99.11", "variable": "ansible_host"}
+
+
+MISTYPED = [
+    (LINK, MAPPING),
+    ("enP2p1s0f1np1", "spark1: roce_fabric_links is a string ('enP2p1s0f1np1'); expected a list of links"),
+    (7, "spark1: roce_fabric_links is a number (7); expected a list of links"),
+    ([{"hca": "roceP2p1s0f1", "address": "192.168.100.11", "prefix": 24}],
+     "spark1: roce_fabric_links[0] has no netdev; set it in the inventory"),
+    ([dict(LINK, netdev=["a", "b"])], "spark1: roce_fabric_links[0] netdev is a list (2 items); expected one"),
+]
+MISTYPED_CASES = [
+    (case(dict(HOST, roce_fabric_links=links), read=READ_COMMAND,
+          problems="{{ {inventory_hostname: roce_fabric_planned} | dgxspark.cluster.fabric_plan_problems }}"), expected)
+    for links, expected in MISTYPED
+]
+
+
+@pytest.mark.parametrize("index, expected", MISTYPED_CASES, ids=["mapping", "string", "number", "no netdev",
+                                                                  "netdev list"])
+def test_mistyped_links_get_as_far_as_the_plan_check(results, index, expected):
+    out = results[index]
+    assert out["read"].startswith("sh -c ") and "/etc/systemd/network/60-dgxspark-" not in out["read"]
+    assert any(problem.startswith(expected) for problem in out["problems"]), out["problems"]
+
+
+READ = {
+    "stdout": "\n".join([
+        "@@dgxspark-state path 0", "stat 755 0 0 root root regular file", "sha256 x",
+        "@@dgxspark-state path 1", "@@dgxspark-state path 2",
+        "@@dgxspark-state unit 0", "enabled 0 enabled", "active 0 active",
+        "@@dgxspark-state command netdevs", "enP2p1s0f1np1", "eth0", "lo", "", "@@dgxspark-state rc 0",
+        "@@dgxspark-state command hcas", "roceP2p1s0f0 enP2p1s0f0np0", "roceP2p1s0f1 enP2p1s0f1np1", "",
+        "@@dgxspark-state rc 0",
+        "@@dgxspark-state end", "",
+    ]),
+    "stderr": "",
+}
+FACTS = {"interfaces": ["eth0", "lo", "enP2p1s0f1np1"], "default_ipv4": {},
+         "eth0": {"device": "eth0", "ipv4": {"address": "192.168.99.11", "netmask": "255.255.255.0"}},
+         "enP2p1s0f1np1": {"device": "enP2p1s0f1np1"}}
+# validate.yml's expression, as the task has it.
+NODE_PROBLEMS = ("{{ roce_fabric_links | dgxspark.cluster.fabric_node_problems(inventory_hostname, "
+                 "roce_fabric_node_found, ansible_facts, roce_fabric_management) }}")
+NODE = dict(HOST, roce_fabric_node_read=READ, ansible_facts=FACTS, ansible_host="192.168.99.11")
+SOUND_NODE = case(NODE, problems=NODE_PROBLEMS)
+MANAGEMENT_NETDEV = case(dict(NODE, roce_fabric_netdev="eth0"), problems=NODE_PROBLEMS)
+SIBLING_HCA = case(dict(NODE, roce_fabric_hca="roceP2p1s0f0"), problems=NODE_PROBLEMS)
+MANAGEMENT_SUBNET = case(dict(NODE, roce_fabric_address="192.168.99.50"), problems=NODE_PROBLEMS)
+NETPLAN = case(dict(NODE, roce_fabric_backend="netplan"), problems=NODE_PROBLEMS)
+NO_NETPLAN = dict(NODE, roce_fabric_node_read=dict(READ, stdout=READ["stdout"].replace(
+    "stat 755 0 0 root root regular file\nsha256 x\n", "")))
+NETPLAN_MISSING = case(dict(NO_NETPLAN, roce_fabric_backend="netplan"), problems=NODE_PROBLEMS)
+AUTO_WITHOUT_NETPLAN = case(NO_NETPLAN, problems=NODE_PROBLEMS)
+
+
+def test_validate_yml_node_problems_template_from_a_read(results):
+    assert results[SOUND_NODE]["problems"] == []
+    assert results[NETPLAN]["problems"] == []  # /usr/sbin/netplan (path 0) was found
+    assert results[AUTO_WITHOUT_NETPLAN]["problems"] == []
+    assert results[NETPLAN_MISSING]["problems"] == [
+        "spark1: roce_fabric_backend is netplan but /usr/sbin/netplan is missing; install netplan.io or set "
+        "roce_fabric_backend to auto or networkd."
+    ]
+    assert results[MANAGEMENT_NETDEV]["problems"][0].startswith(
+        "spark1: roce_fabric_links[0] netdev eth0 carries 192.168.99.11, the address Ansible reaches spark1 through "
+        "(ansible_host)")
+    assert results[SIBLING_HCA]["problems"] == [
+        "spark1: roce_fabric_links[0] pairs hca roceP2p1s0f0 with netdev enP2p1s0f1np1, but roceP2p1s0f0 is the RDMA "
+        "device of enP2p1s0f0np0 (sysfs /sys/class/infiniband/roceP2p1s0f0/device/net/). Set the hca of that link "
+        "to the device of enP2p1s0f1np1: roceP2p1s0f1."
+    ]
+    assert results[MANAGEMENT_SUBNET]["problems"] == [
+        "spark1: roce_fabric_links[0] address 192.168.99.50 is inside the management subnet 192.168.99.0/24 (eth0: "
+        "ansible_host 192.168.99.11); two interfaces on one subnet would let management traffic leave over the "
+        "fabric. Set roce_fabric_address (or the address of that link) in a subnet of the fabric's own, outside "
+        "192.168.99.0/24."
+    ]
