@@ -8,6 +8,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config im
     container_argv,
     effective_cudagraph_capture_size,
     engine_config_problems,
+    engine_container_problems,
     env_file_text,
     rank_argv,
     replica_layout,
@@ -29,6 +30,7 @@ class FilterModule:
     def filters(self):
         return {
             "engine_config_problems": as_filter(engine_config_problems, EngineConfigError),
+            "engine_container_problems": as_filter(engine_container_problems, EngineConfigError),
             "engine_rank_argv": as_filter(rank_argv, EngineConfigError),
             "engine_replica_layout": as_filter(replica_layout, EngineConfigError),
             "engine_cudagraph_capture_size": as_filter(effective_cudagraph_capture_size, EngineConfigError),

@@ -1,7 +1,9 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Unsound engine inventories are refused by site.yml in its preflight play,
-each with a message naming the variable and the fix, before any node changes."""
+each with a message naming the variable and the fix, before any node changes.
+A secret given in plain text is refused there too, with a readable message
+that does not show it."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ SPECULATIVE = {"engine_service_max_num_seqs": 16,
                "engine_service_speculative_config": {"method": "dspark", "num_speculative_tokens": 3}}
 PATCH = group_vars()["engine_service_patches"][0]
 DIGEST = "sha256:" + "0" * 64
+ALL_HOSTS = "spark1, spark2, spark3 and spark4: "
 
 REFUSALS = {
     "TP x replicas differs from the hosts": (
@@ -53,10 +56,6 @@ REFUSALS = {
         {"engine_service_patches": [dict(PATCH, src="/nonexistent/dspark.py")]},
         "engine_service_patches: /nonexistent/dspark.py does not exist on the controller",
     ),
-    "plaintext API key": (
-        {"engine_service_api_key": "sk-plaintext"},
-        "engine_service_api_key is set in plain text; secrets come only from vaulted variables",
-    ),
     "JSON typed by hand": (
         {"engine_service_speculative_config": '{"method":"dspark","num_speculative_tokens":3}'},
         "engine_service_speculative_config is a string; give it as YAML, the collection renders the JSON",
@@ -74,7 +73,78 @@ REFUSALS = {
         {"engine_service_compilation_config": {"cudagraph_capture_sizes": [1, 2, 4]}},
         "engine_service_compilation_config sets cudagraph_capture_sizes; remove it",
     ),
+    # The rank's container and environment (engine_container_problems).
+    "--privileged": (
+        {"engine_service_container_extra_args": ["--privileged"]},
+        ALL_HOSTS + "engine_service_container_extra_args holds --privileged: it gives the container every device and "
+        "capability of the node and lifts its seccomp and AppArmor confinement; expected: no --privileged (the "
+        "collection passes the GPU and the RDMA devices itself). Remove it.",
+    ),
+    "--privileged on one host only": (
+        "spark3:\n      engine_service_container_extra_args: [--privileged]\n",
+        "spark3: engine_service_container_extra_args holds --privileged: it gives the container every device",
+    ),
+    "--pid=host": (
+        {"engine_service_container_extra_args": ["--pid=host"]},
+        "engine_service_container_extra_args holds --pid=host: it puts the container in the node's PID namespace, "
+        "where it sees every process of the node and can signal them; expected: the container's own PID namespace",
+    ),
+    "seccomp=unconfined": (
+        {"engine_service_container_extra_args": ["--security-opt", "seccomp=unconfined"]},
+        "engine_service_container_extra_args holds --security-opt seccomp=unconfined: it turns off the container's "
+        "seccomp filter, so every system call reaches the node's kernel; expected: Docker's default confinement",
+    ),
+    "--cap-add ALL": (
+        {"engine_service_container_extra_args": ["--cap-add", "ALL"]},
+        "engine_service_container_extra_args holds --cap-add ALL: it gives the container every capability of the "
+        "node, as good as root on it",
+    ),
+    "device outside the allow-list": (
+        {"engine_service_container_devices": ["/dev/infiniband", "/dev/sda"]},
+        "engine_service_container_devices holds /dev/sda: it gives the container a device of the node outside "
+        "engine_service_container_allowed_devices (/dev/infiniband, /dev/infiniband/*); expected: the RDMA devices "
+        "only",
+    ),
+    "env sets a variable the collection sets": (
+        {"engine_service_env": {"HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "192.168.100.99"}},
+        "engine_service_env sets VLLM_HOST_IP, which the collection sets itself (each rank's own fabric address, "
+        "roce_fabric_address); expected: no VLLM_HOST_IP here. Remove it.",
+    ),
 }
+
+# Secrets in plain text: (extra vars, the secret, the message). Refused in the
+# preflight play like the rest, readable (no no_log hides the message) and
+# never shown.
+SECRETS = {
+    "plaintext API key": (
+        {"engine_service_api_key": "sk-plaintext-api-key-0123"},
+        "sk-plaintext-api-key-0123",
+        "engine_service_api_key is set in plain text; secrets come only from vaulted variables: ansible-vault "
+        "encrypt_string --name engine_service_api_key",
+    ),
+    "plaintext Hub token": (
+        {"model_weights_hf_token": "hf_plaintextHubToken0123"},
+        "hf_plaintextHubToken0123",
+        "model_weights_hf_token is set in plain text; a Hub token must be vault-encrypted",
+    ),
+    "API key in the plain engine environment": (
+        {"engine_service_env": {"VLLM_API_KEY": "sk-plaintext-env-key-0123"}},
+        "sk-plaintext-env-key-0123",
+        "engine_service_env holds VLLM_API_KEY, a secret, in plain environment",
+    ),
+}
+
+
+def readable(output):
+    """Playbook output with line wrapping undone and YAML's doubled quotes
+    (node''s) single again, for matching messages."""
+    return flat(output).replace("''", "'")
+
+
+def record(message):
+    (ROOT / "reports").mkdir(exist_ok=True)
+    with open(ROOT / "reports" / "refusals.txt", "a", encoding="utf-8") as refusals:
+        refusals.write("%s\n" % message)
 
 
 @pytest.fixture
@@ -93,11 +163,26 @@ def test_unsound_engine_inventory_is_refused_before_any_change(change, message, 
         override.write_text("dgxspark_cluster:\n  hosts:\n    " + change)
         args, extra_vars = ["-i", str(override)], None
     result = run_playbook("site.yml", *args, extra_vars=extra_vars)
-    out = flat(result.stdout)
+    out = readable(result.stdout)
     assert result.returncode != 0
     assert message in out, out[-3000:]
+    assert "output has been hidden" not in out
     # Refused in the preflight play: no later play started.
     assert "PLAY [Node software" not in result.stdout
-    (ROOT / "reports").mkdir(exist_ok=True)
-    with open(ROOT / "reports" / "refusals.txt", "a", encoding="utf-8") as record:
-        record.write("%s\n" % message)
+    record(message)
+
+
+@pytest.mark.parametrize("extra_vars, secret, message", SECRETS.values(), ids=list(SECRETS))
+def test_a_secret_in_plain_text_is_refused_readably_before_any_change(extra_vars, secret, message, unchanged_engine):
+    result = run_playbook("site.yml", extra_vars=extra_vars)
+    out = readable(result.stdout)
+    assert result.returncode != 0
+    assert message in out, out[-3000:]
+    # The refusal is shown, not hidden by no_log, and the secret is not.
+    assert "output has been hidden" not in out
+    assert secret not in result.stdout + result.stderr
+    # Refused in the preflight play, before the driver, runtime, fabric,
+    # image and weights plays: no later play started.
+    assert "PLAY [Preflight" in result.stdout
+    assert "PLAY [Node software" not in result.stdout
+    record(message)

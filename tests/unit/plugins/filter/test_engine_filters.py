@@ -15,6 +15,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config im
     EngineConfigError,
     effective_cudagraph_capture_size,
     engine_config_problems,
+    engine_container_problems,
     parse_systemd_exec_line,
     rank_argv,
     replica_layout,
@@ -52,6 +53,7 @@ def test_filter_module_exposes_the_engine_filters():
         "engine_cluster_verdict",
         "engine_config_problems",
         "engine_container_argv",
+        "engine_container_problems",
         "engine_cudagraph_capture_size",
         "engine_env_file",
         "engine_rank_argv",
@@ -77,6 +79,14 @@ def test_filters_return_what_the_engine_logic_returns():
     assert parse_systemd_exec_line(line) == ["/usr/bin/vllm"] + argv
 
 
+def test_the_container_problems_filter_is_the_container_check():
+    settings = {"container_extra_args": ["--privileged"], "env": {"VLLM_HOST_IP": "10.0.0.1"}}
+    problems = FILTERS["engine_container_problems"](settings)
+    assert problems == engine_container_problems(settings) and len(problems) == 2
+    doc = yaml.safe_load((FILTER_DIR / "engine_container_problems.yml").read_text())
+    assert doc["DOCUMENTATION"]["name"] == "engine_container_problems"
+
+
 def message_of(function, *args):
     with pytest.raises(EngineConfigError) as raised:
         function(*args)
@@ -87,6 +97,7 @@ def message_of(function, *args):
     "wrapper, function, args",
     [
         (engine_config_problems_filter, engine_config_problems, ("hosts",)),
+        (FILTERS["engine_container_problems"], engine_container_problems, (["--privileged"],)),
         (engine_rank_argv, rank_argv, (dict(SETTINGS, image="vllm:latest"), 0, "192.168.100.11")),
         (engine_rank_argv, rank_argv, (SETTINGS, 2, "192.168.100.11")),
         (engine_replica_layout, replica_layout, (SETTINGS, -1)),

@@ -7,10 +7,13 @@ import copy
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
+    CONTAINER_SETTINGS,
     MANAGED_FLAGS,
     SECRETS_TARGET,
     SECRETS_WRAPPER,
@@ -18,6 +21,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config im
     container_argv,
     effective_cudagraph_capture_size,
     engine_config_problems,
+    engine_container_problems,
     env_file_text,
     parse_systemd_exec_line,
     rank_argv,
@@ -723,10 +727,25 @@ def test_container_argv_survives_the_systemd_round_trip():
     assert parse_systemd_exec_line(systemd_exec_line(argv)) == argv
 
 
-@pytest.mark.parametrize("argument", ["--privileged", "--network=bridge", "-v", "--mount=type=bind", "--ipc=private"])
-def test_container_argv_refuses_options_it_owns(argument):
-    with pytest.raises(EngineConfigError, match="set by the collection or refused"):
+@pytest.mark.parametrize("argument, message", [
+    ("--privileged", "holds --privileged: it gives the container every device and capability of the node"),
+    ("--network=bridge", "holds --network=bridge, which the collection sets itself"),
+    ("-v", "holds -v, which the collection renders from engine_service_extra_mounts"),
+    ("--mount=type=bind", "holds --mount=type=bind, which the collection renders from engine_service_extra_mounts"),
+    ("--ipc=private", "holds --ipc=private, which the collection sets itself"),
+    ("--pid=host", "holds --pid=host: it puts the container in the node's PID namespace"),
+])
+def test_container_argv_refuses_what_the_preflight_refuses(argument, message):
+    # The preflight refuses these first; the render guards a command line made without it.
+    with pytest.raises(EngineConfigError) as raised:
         container_argv(dict(RANK_CONTAINER, extra_args=[argument]), "img", ["vllm"])
+    assert message in str(raised.value)
+    assert str(raised.value) == "; ".join(engine_container_problems({"container_extra_args": [argument]}))
+
+
+def test_container_argv_passes_ordinary_extra_options():
+    argv = container_argv(dict(RANK_CONTAINER, extra_args=["--stop-signal", "SIGINT", "--label=rank 0"]), "img", ["vllm"])
+    assert argv[argv.index("img") - 3:argv.index("img")] == ["--stop-signal", "SIGINT", "--label=rank 0"]
 
 
 @pytest.mark.parametrize("mount, message", [
@@ -762,3 +781,343 @@ def test_env_file_text_is_sorted_and_verbatim():
 def test_env_file_text_refuses_what_an_env_file_cannot_carry(env, message):
     with pytest.raises(EngineConfigError, match=message):
         env_file_text(env)
+
+
+# --- The rank's container and environment -------------------------------------
+
+ROLES = Path(__file__).resolve().parents[4] / "roles"
+REPOSITORY = ROLES.parent
+
+
+def role_defaults(role):
+    return yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
+
+
+def container_defaults():
+    """The container settings as the roles' defaults give them."""
+    engine = role_defaults("engine_service")
+    fabric = role_defaults("roce_fabric")
+    settings = {key: engine["engine_service_" + key] for key in CONTAINER_SETTINGS if key != "nccl_extra_env"}
+    settings["nccl_extra_env"] = fabric["roce_fabric_nccl_extra_env"]
+    return settings
+
+
+REFERENCE_CONTAINER = {
+    "container_gpus": "all",
+    "container_devices": ["/dev/infiniband"],
+    "container_allowed_devices": ["/dev/infiniband", "/dev/infiniband/*"],
+    "container_capabilities": ["IPC_LOCK"],
+    "container_ulimits": {"memlock": "-1:-1", "stack": "67108864:67108864", "nofile": "1048576:1048576"},
+    "container_shm_size": "",
+    "container_extra_args": [],
+    "extra_mounts": [],
+    "env": {},
+    "nccl_extra_env": {},
+}
+
+ALLOWED = "(/dev/infiniband, /dev/infiniband/*)"
+EXTRA = "engine_service_container_extra_args"
+PRIVILEGED = (
+    "engine_service_container_extra_args holds --privileged: it gives the container every device and capability "
+    "of the node and lifts its seccomp and AppArmor confinement; expected: no --privileged (the collection passes "
+    "the GPU and the RDMA devices itself). Remove it."
+)
+NAMESPACE_EXPECTED = "(the collection shares only the node's network and IPC namespaces, which the ranks need). Remove it."
+PID_HOST = (
+    "holds {found}: it puts the container in the node's PID namespace, where it sees every process of the node and "
+    "can signal them; expected: the container's own PID namespace " + NAMESPACE_EXPECTED
+)
+CONFINEMENT_EXPECTED = "; expected: Docker's default confinement (vLLM needs none of it lifted). Remove it."
+SECCOMP = "it turns off the container's seccomp filter, so every system call reaches the node's kernel"
+ALL_IN_EXTRA_ARGS = (
+    "holds {found}: it gives the container every capability of the node, as good as root on it; expected: only the "
+    "capabilities the engine needs, by name, in engine_service_container_capabilities (the collection adds "
+    "IPC_LOCK). Remove it."
+)
+DEVICE = (
+    "holds {found}: it gives the container a device of the node outside engine_service_container_allowed_devices "
+    "{allowed}; expected: the RDMA devices only (the GPU comes through --gpus). Remove it, or add it to "
+    "engine_service_container_allowed_devices if the engine needs it."
+)
+
+
+def owned(found, flag, owner):
+    return "%s holds %s, which the collection renders from %s; expected: no %s here. Set %s instead." % (
+        EXTRA, found, owner, flag, owner)
+
+
+def fixed(found, flag, what):
+    return "%s holds %s, which the collection sets itself (%s); expected: no %s here. Remove it." % (EXTRA, found, what, flag)
+
+
+def secret(variable, name, expected, fix):
+    return (
+        "%s holds %s, a secret, in plain environment: the environment is written into every rank's version and shown "
+        "by ansible-playbook -v; expected: %s. %s" % (variable, name, expected, fix)
+    )
+
+
+API_KEY_HOME = ("the API key in engine_service_api_key, vault-encrypted (it reaches vLLM as VLLM_API_KEY through a "
+                "root-only file)")
+HF_TOKEN_HOME = ("the Hub token in model_weights_hf_token, vault-encrypted (the collection fetches the weights with "
+                 "it; the engine reads them from disk)")
+
+# (case, changes to the reference container settings, the problems expected)
+CONTAINER_REFUSALS = [
+    ("privileged", {"container_extra_args": ["--privileged"]}, [PRIVILEGED]),
+    ("privileged=true", {"container_extra_args": ["--privileged=true"]},
+     [PRIVILEGED.replace("holds --privileged:", "holds --privileged=true:")]),
+    ("privileged=false", {"container_extra_args": ["--privileged=false"]},
+     [EXTRA + " holds --privileged=false, which the collection never needs (no rank runs privileged); expected: no "
+              "--privileged here. Remove it."]),
+    ("pid=host", {"container_extra_args": ["--pid=host"]}, [EXTRA + " " + PID_HOST.format(found="--pid=host")]),
+    ("pid host as two items", {"container_extra_args": ["--init", "--pid", "host"]},
+     [fixed("--init", "--init", "--init on every rank"), EXTRA + " " + PID_HOST.format(found="--pid host")]),
+    ("pid host as one item", {"container_extra_args": ["--pid host"]},
+     [EXTRA + "[0] '--pid host' holds a space: docker reads the item as one unknown argument; expected: the flag and "
+              "its value as two items, or --flag=value. Split it.",
+      EXTRA + " " + PID_HOST.format(found="--pid host")]),
+    ("uts, userns and cgroupns of the node", {"container_extra_args": ["--uts=host", "--userns", "host", "--cgroupns=host"]},
+     [EXTRA + " holds --uts=host: it puts the container in the node's UTS namespace, where it can change the node's "
+              "hostname; expected: the container's own UTS namespace " + NAMESPACE_EXPECTED,
+      EXTRA + " holds --userns host: it takes the container out of the daemon's user namespace remapping, so its root "
+              "is the node's root; expected: the container's own user namespace " + NAMESPACE_EXPECTED,
+      EXTRA + " holds --cgroupns=host: it puts the container in the node's cgroup namespace, where it sees the "
+              "node's whole cgroup tree; expected: the container's own cgroup namespace " + NAMESPACE_EXPECTED]),
+    ("seccomp unconfined", {"container_extra_args": ["--security-opt", "seccomp=unconfined"]},
+     [EXTRA + " holds --security-opt seccomp=unconfined: " + SECCOMP + CONFINEMENT_EXPECTED]),
+    ("seccomp unconfined, legacy colon form", {"container_extra_args": ["--security-opt=seccomp:unconfined"]},
+     [EXTRA + " holds --security-opt=seccomp:unconfined: " + SECCOMP + CONFINEMENT_EXPECTED]),
+    ("apparmor unconfined", {"container_extra_args": ["--security-opt=apparmor=unconfined"]},
+     [EXTRA + " holds --security-opt=apparmor=unconfined: it runs the container without its AppArmor profile"
+      + CONFINEMENT_EXPECTED]),
+    ("SELinux labels off", {"container_extra_args": ["--security-opt", "label=disable"]},
+     [EXTRA + " holds --security-opt label=disable: it turns off the container's SELinux labels" + CONFINEMENT_EXPECTED]),
+    ("system paths unmasked", {"container_extra_args": ["--security-opt", "systempaths=unconfined"]},
+     [EXTRA + " holds --security-opt systempaths=unconfined: it unmasks the kernel paths under /proc and /sys that "
+              "Docker hides from containers" + CONFINEMENT_EXPECTED]),
+    ("cap-add ALL", {"container_extra_args": ["--cap-add", "ALL"]}, [EXTRA + " " + ALL_IN_EXTRA_ARGS.format(found="--cap-add ALL")]),
+    ("cap-add=all", {"container_extra_args": ["--cap-add=all"]}, [EXTRA + " " + ALL_IN_EXTRA_ARGS.format(found="--cap-add=all")]),
+    ("capabilities holding ALL", {"container_capabilities": ["IPC_LOCK", "ALL"]},
+     ["engine_service_container_capabilities holds ALL: it gives the container every capability of the node, as "
+      "good as root on it; expected: only the capabilities the engine needs, by name (the default is IPC_LOCK, for "
+      "RDMA memory registrations). Name them instead."]),
+    ("device outside the allow-list", {"container_devices": ["/dev/infiniband", "/dev/sda"]},
+     ["engine_service_container_devices " + DEVICE.format(found="/dev/sda", allowed=ALLOWED)]),
+    ("device climbing out of /dev/infiniband", {"container_devices": ["/dev/infiniband/../sda"]},
+     ["engine_service_container_devices " + DEVICE.format(found="/dev/infiniband/../sda", allowed=ALLOWED)]),
+    ("device outside the allow-list in extra args", {"container_extra_args": ["--device", "/dev/nvme0n1"]},
+     [EXTRA + " " + DEVICE.format(found="--device /dev/nvme0n1", allowed=ALLOWED)]),
+    ("device outside a narrowed allow-list", {"container_allowed_devices": ["/dev/infiniband/uverbs*"]},
+     ["engine_service_container_devices " + DEVICE.format(found="/dev/infiniband", allowed="(/dev/infiniband/uverbs*)")]),
+    ("allowed device in extra args", {"container_extra_args": ["--device=/dev/infiniband/uverbs0"]},
+     [owned("--device=/dev/infiniband/uverbs0", "--device", "engine_service_container_devices")]),
+    ("device cgroup rule", {"container_extra_args": ["--device-cgroup-rule", "c *:* rwm"]},
+     [EXTRA + " holds --device-cgroup-rule c *:* rwm: it lets the container open devices of the node by number, "
+              "around engine_service_container_allowed_devices; expected: devices named in "
+              "engine_service_container_devices. Remove it."]),
+    ("ipc=host, which the collection sets", {"container_extra_args": ["--ipc=host"]},
+     [fixed("--ipc=host", "--ipc", "--ipc host on every rank: vLLM's processes share the node's /dev/shm")]),
+    ("network bridge", {"container_extra_args": ["--network", "bridge"]},
+     [fixed("--network bridge", "--network", "--network host on every rank")]),
+    ("options with their own variables", {"container_extra_args": [
+        "--shm-size=8g", "--gpus", "all", "--cap-add", "SYS_NICE", "--ulimit", "nofile=1024", "-e", "A=1", "-eB=2",
+        "--env-file=/x.env", "-v", "/a:/b", "--mount", "type=bind,source=/a,target=/b", "--name", "other"]},
+     [owned("--shm-size=8g", "--shm-size", "engine_service_container_shm_size"),
+      owned("--gpus all", "--gpus", "engine_service_container_gpus"),
+      owned("--cap-add SYS_NICE", "--cap-add", "engine_service_container_capabilities"),
+      owned("--ulimit nofile=1024", "--ulimit", "engine_service_container_ulimits"),
+      owned("-e A=1", "-e", "engine_service_env"),
+      owned("-eB=2", "-e", "engine_service_env"),
+      owned("--env-file=/x.env", "--env-file", "engine_service_env"),
+      owned("-v /a:/b", "-v", "engine_service_extra_mounts"),
+      owned("--mount type=bind,source=/a,target=/b", "--mount", "engine_service_extra_mounts"),
+      owned("--name other", "--name", "engine_service_container_name")]),
+    ("extra args as one string", {"container_extra_args": "--privileged"},
+     [EXTRA + " must be a list of strings, one argument per item, not a string"]),
+    ("extra arg that is no string", {"container_extra_args": ["--cpus", 4]},
+     [EXTRA + "[1] 4 is not a string; quote it in YAML"]),
+    ("devices as one string", {"container_devices": "/dev/infiniband"},
+     ["engine_service_container_devices must be a list of device paths of the node, one per item, not a string"]),
+    ("allow-list as one string", {"container_allowed_devices": "/dev/infiniband"},
+     ["engine_service_container_allowed_devices must be a list of device paths or patterns (/dev/infiniband/*), not "
+      "a string"]),
+    ("capabilities as one string", {"container_capabilities": "IPC_LOCK"},
+     ["engine_service_container_capabilities must be a list of capability names (IPC_LOCK), not a string"]),
+    ("capability that is no name", {"container_capabilities": ["IPC LOCK"]},
+     ["engine_service_container_capabilities[0] 'IPC LOCK' is not a capability name (IPC_LOCK, SYS_NICE)"]),
+    ("ulimits as a list", {"container_ulimits": ["memlock=-1"]},
+     ['engine_service_container_ulimits must map a limit name to soft:hard (memlock: "-1:-1"), not a list']),
+    ("ulimit that is no number", {"container_ulimits": {"memlock": "unlimited"}},
+     ["engine_service_container_ulimits memlock 'unlimited' is not soft:hard or one number (-1 for unlimited)"]),
+    ("shm size that is no size", {"container_shm_size": "lots"},
+     ["engine_service_container_shm_size 'lots' is not a size (64m, 8g) or empty"]),
+    ("GPUs as a list", {"container_gpus": ["all"]},
+     ["engine_service_container_gpus ['all'] is not a GPU request (all, a count, device=...) or empty"]),
+    ("mounts as one mapping", {"extra_mounts": {"src": "/a", "dest": "/b"}},
+     ["engine_service_extra_mounts must be a list of {src, dest, readonly} mappings, not a mapping"]),
+    ("mount with a relative source, a string readonly and a typo", {"extra_mounts": [
+        {"src": "opt/runtime", "dest": "/opt/runtime", "readonly": "no", "ro": True}]},
+     ["engine_service_extra_mounts[0] has ro, which a mount does not take; give src, dest and readonly",
+      "engine_service_extra_mounts[0] src 'opt/runtime' is not an absolute path without commas",
+      "engine_service_extra_mounts[0] readonly 'no' is not true or false"]),
+    ("mount of the Docker socket", {"extra_mounts": [{"src": "/var/run/docker.sock", "dest": "/var/run/docker.sock"}]},
+     ["engine_service_extra_mounts[0] holds src /var/run/docker.sock: it gives the container the node's Docker "
+      "daemon, as good as root on the node; expected: directories the engine reads. Remove it."]),
+    ("mount of the node's /run", {"extra_mounts": [{"src": "/var/run/", "dest": "/host-run"}]},
+     ["engine_service_extra_mounts[0] holds src /var/run/: it gives the container the node's /run, with the Docker "
+      "and containerd sockets in it, as good as root on the node; expected: directories the engine reads. "
+      "Remove it."]),
+    ("mount of the node's root", {"extra_mounts": [{"src": "/", "dest": "/host"}]},
+     ["engine_service_extra_mounts[0] holds src /: it gives the container the node's whole filesystem; expected: "
+      "directories the engine reads. Remove it."]),
+    ("env sets VLLM_HOST_IP", {"env": {"VLLM_HOST_IP": "192.168.100.99"}},
+     ["engine_service_env sets VLLM_HOST_IP, which the collection sets itself (each rank's own fabric address, "
+      "roce_fabric_address); expected: no VLLM_HOST_IP here. Remove it."]),
+    ("fabric env sets NCCL_IB_GID_INDEX", {"nccl_extra_env": {"NCCL_IB_GID_INDEX": "3"}},
+     ["roce_fabric_nccl_extra_env sets NCCL_IB_GID_INDEX, which the collection sets itself (resolved from the fabric "
+      "address at every start of the rank); expected: no NCCL_IB_GID_INDEX here. Remove it."]),
+    ("fabric env sets NCCL_IB_HCA", {"nccl_extra_env": {"NCCL_IB_HCA": "rocep1s0f1:1"}},
+     ["roce_fabric_nccl_extra_env sets NCCL_IB_HCA, which the collection sets itself (the HCAs of the fabric links "
+      "with carrier, from roce_fabric_links); expected: no NCCL_IB_HCA here. Remove it."]),
+    ("env sets a variable of the fabric's base environment", {"env": {"NCCL_NVLS_ENABLE": "1"}},
+     ["engine_service_env sets NCCL_NVLS_ENABLE, which the collection sets from roce_fabric_nccl_base_env; expected: "
+      "no NCCL_NVLS_ENABLE here. Set it in roce_fabric_nccl_base_env instead."]),
+    ("API key in plain env", {"env": {"VLLM_API_KEY": "sk-plaintext-0123"}},
+     [secret("engine_service_env", "VLLM_API_KEY", API_KEY_HOME, "Move it there.")]),
+    ("Hub token in plain env", {"env": {"HF_TOKEN": "hf_plaintext0123"}},
+     [secret("engine_service_env", "HF_TOKEN", HF_TOKEN_HOME, "Move it there.")]),
+    ("Hub token under its old name in the fabric env", {"nccl_extra_env": {"HUGGING_FACE_HUB_TOKEN": "hf_plaintext0123"}},
+     [secret("roce_fabric_nccl_extra_env", "HUGGING_FACE_HUB_TOKEN", HF_TOKEN_HOME, "Move it there.")]),
+    ("another secret in plain env", {"env": {"WANDB_API_KEY": "0123abcd"}},
+     [secret("engine_service_env", "WANDB_API_KEY",
+             "no secret in the environment (the engine's only secret is engine_service_api_key, vault-encrypted)",
+             "Remove it.")]),
+    ("env as a list", {"env": ["HF_HUB_OFFLINE=1"]},
+     ["engine_service_env must be a mapping of variable names to values, not a list"]),
+    ("fabric env as a string", {"nccl_extra_env": "NCCL_IB_TIMEOUT=22"},
+     ["roce_fabric_nccl_extra_env must be a mapping of variable names to values, not a string"]),
+    ("env name that is no variable name", {"env": {"HF HUB OFFLINE": "1"}},
+     ["engine_service_env name 'HF HUB OFFLINE' is not a valid variable name (letters, digits and _, not starting "
+      "with a digit)"]),
+    ("env value that is a boolean", {"env": {"HF_HUB_OFFLINE": True}},
+     ["engine_service_env HF_HUB_OFFLINE is a boolean, not a string; give a string (quote it in YAML)"]),
+    ("env value that is a mapping", {"nccl_extra_env": {"NCCL_DEBUG": {"level": "INFO"}}},
+     ["roce_fabric_nccl_extra_env NCCL_DEBUG is a mapping, not a string; give a string (quote it in YAML)"]),
+    ("env value with a line break", {"env": {"VLLM_LOGGING_PREFIX": "rank\n0"}},
+     ["engine_service_env VLLM_LOGGING_PREFIX holds a line break or NUL, which an env file cannot carry; give the "
+      "value on one line"]),
+    ("a variable in both environments", {"env": {"NCCL_IB_TIMEOUT": "20"}, "nccl_extra_env": {"NCCL_IB_TIMEOUT": "22"}},
+     ["engine_service_env and roce_fabric_nccl_extra_env both set NCCL_IB_TIMEOUT; expected: each variable in one of "
+      "them (the engine would get engine_service_env's). Remove it from one."]),
+]
+
+
+def container(**changes):
+    changed = copy.deepcopy(REFERENCE_CONTAINER)
+    changed.update(changes)
+    return changed
+
+
+def test_the_roles_default_container_settings_are_sound():
+    assert container_defaults() == REFERENCE_CONTAINER
+    assert engine_container_problems(container_defaults()) == []
+
+
+def test_the_simulated_inventory_container_settings_are_sound():
+    class VaultTolerantLoader(yaml.SafeLoader):
+        """Reads a vaulted value as its ciphertext (the engine API key is vaulted)."""
+
+    VaultTolerantLoader.add_constructor("!vault", lambda loader, node: loader.construct_scalar(node))
+    inventory = yaml.load((REPOSITORY / "inventory" / "simulated" / "group_vars" / "dgxspark_cluster"
+                           / "engine.yml").read_text(), Loader=VaultTolerantLoader)  # noqa: S506  # a SafeLoader
+    settings = container_defaults()
+    settings.update({key: inventory["engine_service_" + key] for key in CONTAINER_SETTINGS
+                     if "engine_service_" + key in inventory})
+    assert settings["env"] and settings["extra_mounts"]
+    assert engine_container_problems(settings) == []
+
+
+@pytest.mark.parametrize("changes, expected", [case[1:] for case in CONTAINER_REFUSALS],
+                         ids=[case[0] for case in CONTAINER_REFUSALS])
+def test_container_settings_give_the_expected_problems(changes, expected):
+    assert engine_container_problems(container(**changes)) == expected
+
+
+def test_container_refusals_are_distinct():
+    assert len({json.dumps(case[1], sort_keys=True) for case in CONTAINER_REFUSALS}) == len(CONTAINER_REFUSALS)
+
+
+@pytest.mark.parametrize("changes", [case[1] for case in CONTAINER_REFUSALS if "env" in case[0]],
+                         ids=[case[0] for case in CONTAINER_REFUSALS if "env" in case[0]])
+def test_environment_problems_never_show_a_value(changes):
+    text = " ".join(engine_container_problems(container(**changes)))
+    for env in (changes.get("env"), changes.get("nccl_extra_env")):
+        for value in (env.values() if isinstance(env, dict) else []):
+            if isinstance(value, str):
+                assert value not in text
+
+
+@pytest.mark.parametrize("changes", [
+    {"container_extra_args": ["--pid=container:sidecar", "--security-opt", "no-new-privileges",
+                              "--security-opt=seccomp=/etc/docker/seccomp-vllm.json", "--cap-drop", "NET_RAW",
+                              "--label=dgxspark rank", "--stop-signal", "SIGINT", "--user", "0"]},
+    {"container_devices": ["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm:/dev/infiniband/rdma_cm:rw"]},
+    {"container_allowed_devices": ["/dev/infiniband", "/dev/nvidia-caps/*"],
+     "container_devices": ["/dev/infiniband", "/dev/nvidia-caps/nvidia-cap1"]},
+    {"container_capabilities": ["IPC_LOCK", "SYS_NICE"], "container_gpus": 1, "container_shm_size": "32g",
+     "container_ulimits": {"memlock": -1, "nofile": "1048576"}},
+    {"extra_mounts": [{"src": "/opt/dgxspark-sim/vllm-runtime", "dest": "/opt/vllm-runtime"},
+                      {"src": "/srv/scratch", "dest": "/scratch", "readonly": False}]},
+    {"env": {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": 1, "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1",
+             "VLLM_MAX_TOKENS_PER_EXPERT": "64"},
+     "nccl_extra_env": {"NCCL_IB_TIMEOUT": "22", "NCCL_IB_RETRY_CNT": 7, "UCX_NET_DEVICES": "rocep1s0f1:1"}},
+    # Unset settings are not checked.
+    {key: None for key in CONTAINER_SETTINGS},
+], ids=["harmless options", "RDMA devices", "widened allow-list", "capabilities, GPUs and limits", "mounts",
+        "environments", "unset"])
+def test_sound_container_settings_pass(changes):
+    assert engine_container_problems(container(**changes)) == []
+
+
+def test_engine_config_names_each_container_problem_after_the_hosts_that_have_it():
+    inventory = cluster(**container(container_extra_args=["--privileged"]))
+    assert engine_config_problems(inventory) == ["spark1, spark2, spark3 and spark4: " + PRIVILEGED]
+
+
+def test_engine_config_judges_each_host_on_its_own_container_problems():
+    hosts = copy.deepcopy(REFERENCE_HOSTS)
+    spark3 = engine_container_problems(container(container_extra_args=["--privileged", "--pid=host"]))
+    spark4 = engine_container_problems(container(container_extra_args=["--privileged"]))
+    hosts["spark1"]["container_problems"] = []
+    hosts["spark3"]["container_problems"] = spark3
+    hosts["spark4"]["container_problems"] = spark4
+    # spark2 carries none: it is judged on the shared settings, which are sound.
+    assert engine_config_problems(cluster(hosts=hosts)) == [
+        "spark3 and spark4: " + PRIVILEGED,
+        "spark3: " + EXTRA + " " + PID_HOST.format(found="--pid=host"),
+    ]
+
+
+def test_engine_config_without_hosts_still_judges_the_container_settings():
+    assert engine_config_problems(cluster(hosts={}, **container(container_devices=["/dev/sda"]))) == [
+        "engine_service_container_devices " + DEVICE.format(found="/dev/sda", allowed=ALLOWED),
+        "the engine group has no hosts; add the nodes that run the engine ranks",
+    ]
+
+
+@pytest.mark.parametrize("problems", ["a sentence", [1], {"a": 1}])
+def test_malformed_container_problems_of_a_host_raise(problems):
+    with pytest.raises(EngineConfigError, match="container_problems"):
+        engine_config_problems(cluster(hosts=with_host("spark2", container_problems=problems)))
+
+
+@pytest.mark.parametrize("settings", [None, [], "container_extra_args"])
+def test_container_problems_need_a_mapping(settings):
+    with pytest.raises(EngineConfigError, match="must be a mapping"):
+        engine_container_problems(settings)
+
+
+def test_env_file_text_refuses_mixed_names_with_a_message():
+    with pytest.raises(EngineConfigError, match="name 1 is not a valid variable name"):
+        env_file_text({1: "a", "B": "b"})
