@@ -1,11 +1,12 @@
 # Copyright: Contributors to the dgxspark.cluster collection
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: preload
-author: Contributors to the dgxspark.cluster collection
+author: Contributors to the dgxspark.cluster collection (!UNKNOWN)
 version_added: "0.1.0"
 type: aggregate
 short_description: Load the filter and test plugins once, before the first task

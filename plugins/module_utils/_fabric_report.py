@@ -123,7 +123,7 @@ def pair_rounds(hosts):
     circle = names + [None] if len(names) % 2 else list(names)
     size = len(circle)
     rounds = []
-    for _ in range(size - 1):
+    for _round in range(size - 1):
         pairs = []
         for index in range(size // 2):
             first, second = circle[index], circle[size - 1 - index]

@@ -554,7 +554,7 @@ def replace_symlink(path, src):
     """Point O(path) at O(src): a temporary symlink beside it is renamed over it, so the
     path is never missing."""
     directory, base = os.path.split(path)
-    for _ in range(100):
+    for _attempt in range(100):
         temp = os.path.join(directory, ".%s.%s.tmp" % (base, secrets.token_hex(4)))
         try:
             os.symlink(src, temp)

@@ -131,7 +131,7 @@ class HubClient:
     def resolve_revision(self, repo_id, revision):
         """The commit sha that O(revision) (branch, tag or sha) names."""
         url = self.url("api", "models", repo_id, "revision", quote(revision))
-        data, _ = self.get_json(url, "revision %s of %s" % (revision, repo_id))
+        data, _link = self.get_json(url, "revision %s of %s" % (revision, repo_id))
         sha = data.get("sha") if isinstance(data, dict) else None
         if not isinstance(sha, str) or not _HEX40.match(sha):
             raise HubError("revision %s of %s: the Hub answered no commit sha (got %r)" % (revision, repo_id, sha))
@@ -477,8 +477,8 @@ def snapshot(client, repo_id, revision, root, allow_patterns=None, ignore_patter
         files = select(client.list_files(repo_id, sha), allow_patterns, ignore_patterns)
         if not files:
             raise HubError("no file of %s at %s matches model_weights_allow_patterns %s and "
-                           "model_weights_ignore_patterns %s" % (repo_id, sha, allow_patterns or [],
-                                                                  ignore_patterns or []))
+                           "model_weights_ignore_patterns %s"
+                           % (repo_id, sha, allow_patterns or [], ignore_patterns or []))
     else:
         sha, files = listing["commit"], listing_files(listing["files"])
     state = load_state(root)

@@ -35,7 +35,7 @@ def parse_ref(ref):
             "%r is not pinned by digest: expected registry/repo@sha256:<64 hex> (or repo:tag@sha256:...); "
             "a tag alone can move" % ref
         )
-    name, _, digest = ref.rpartition("@")
+    name, _sep, digest = ref.rpartition("@")
     if not DIGEST_PATTERN.fullmatch(digest):
         raise ValueError("%r: the digest %r is not sha256: followed by 64 lowercase hex digits" % (ref, digest))
     match = REF_PATTERN.match(ref)

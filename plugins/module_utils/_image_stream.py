@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Stream an image archive between nodes over plain TCP.
@@ -69,7 +68,7 @@ def serve(address, port, argv, allow=None, connections=0, ready=None, stop=None)
         while stop is None or not stop.is_set():
             try:
                 conn, peer = server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             conn.settimeout(None)
             if allow and peer[0] not in allow:
@@ -105,7 +104,8 @@ def receive(address, port, argv, connect_timeout=30.0, idle_timeout=300.0):
     conn.settimeout(idle_timeout)
     # The loader's output goes to files, so it can never block on a full pipe
     # while this side writes its input.
-    out_file, err_file = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    # Closed below, once the loader has exited and its output is read.
+    out_file, err_file = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_file, stderr=err_file)
     error = None
     try:
@@ -116,7 +116,7 @@ def receive(address, port, argv, connect_timeout=30.0, idle_timeout=300.0):
                     break
                 proc.stdin.write(chunk)
                 received += len(chunk)
-    except socket.timeout:
+    except TimeoutError:
         error = "no data from %s:%d for %.0f s after %d bytes" % (address, port, idle_timeout, received)
     except BrokenPipeError:
         error = "the loader stopped reading after %d bytes" % received

@@ -218,7 +218,7 @@ def _parse_path(path, lines):
     found = {"path": path, "kind": None, "mode": None, "uid": None, "gid": None, "owner": None, "group": None,
              "sha256": None, "link": None}
     for line in lines:
-        word, _, rest = line.partition(" ")
+        word, _sep, rest = line.partition(" ")
         if word == "stat":
             parts = rest.split(" ", 5)
             if len(parts) != 6:
@@ -236,8 +236,8 @@ def _parse_path(path, lines):
 def _parse_unit(unit, lines):
     found = {"name": unit, "is_enabled": "", "is_active": "", "enabled": False, "active": False}
     for line in lines:
-        word, _, rest = line.partition(" ")
-        rc, _, text = rest.partition(" ")
+        word, _sep, rest = line.partition(" ")
+        rc, _sep, text = rest.partition(" ")
         if word == "enabled":
             # As ansible.builtin.systemd_service judges it: is-enabled answers 0, and not
             # only because the unit is an alias or is pulled in indirectly.
@@ -252,7 +252,7 @@ def _parse_disk(path, lines, stderr):
     up = None
     statvfs = None
     for line in lines:
-        word, _, rest = line.partition(" ")
+        word, _sep, rest = line.partition(" ")
         if word == "up" and rest.isdigit():
             up = int(rest)
         elif word == "statvfs":
@@ -263,7 +263,7 @@ def _parse_disk(path, lines, stderr):
                 path, "\n".join(line for line in lines if line), (": " + stderr) if stderr else "")
         )
     checked = path
-    for _ in range(up):
+    for _level in range(up):
         checked = posixpath.dirname(checked)
     avail, frsize, blocks = (int(p) for p in statvfs)
     return {"path": path, "checked_path": checked, "free_bytes": avail * frsize, "total_bytes": blocks * frsize}

@@ -1,5 +1,6 @@
 #!/usr/bin/python
 # Copyright: Contributors to the dgxspark.cluster collection
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ description:
   - When O(path) does not exist yet, its deepest existing ancestor is measured, so space can be
     checked before a directory is created.
   - With O(min_free_gb), fails when less is free.
-author: Contributors to the dgxspark.cluster collection
+author: Contributors to the dgxspark.cluster collection (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   path:
     description: Absolute path on the node.
@@ -25,9 +28,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Only reads.
+    details: Only reads.
   diff_mode:
     support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -1,5 +1,6 @@
 #!/usr/bin/python
 # Copyright: Contributors to the dgxspark.cluster collection
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ description:
     and points the local tag at it.
   - O(state=received) makes the local tag hold O(expected_id), loading the archive that a sending node streams on
     O(source_address):O(source_port) when it does not (see C(plugins/module_utils/_image_stream.py)).
-author: Contributors to the dgxspark.cluster collection
+author: Contributors to the dgxspark.cluster collection (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -32,6 +33,7 @@ attributes:
   diff_mode:
     support: none
   idempotent:
+    description: When run twice in a row with the same options outside check mode, the second run reports no change.
     support: full
     details: Nothing is pulled, tagged or received when the local tag already holds the image.
   platform:

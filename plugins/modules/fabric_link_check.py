@@ -1,5 +1,6 @@
 #!/usr/bin/python
 # Copyright: Contributors to the dgxspark.cluster collection
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ description:
   - Never fails because of what it finds. It only reads and reports, and the caller judges the result
     (the P(dgxspark.cluster.fabric_link_verdict#filter) filter does, with readable messages).
 author:
-  - Contributors to the dgxspark.cluster collection
+  - Contributors to the dgxspark.cluster collection (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:

@@ -1,5 +1,6 @@
 #!/usr/bin/python
 # Copyright: Contributors to the dgxspark.cluster collection
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ description:
   - Directories are converged first (shallowest first), then files, then links.
   - Nothing is ever removed; paths on the node that the set does not list are left alone.
 author:
-  - Contributors to the dgxspark.cluster collection
+  - Contributors to the dgxspark.cluster collection (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:

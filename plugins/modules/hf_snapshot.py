@@ -1,5 +1,6 @@
 #!/usr/bin/python
 # Copyright: Contributors to the dgxspark.cluster collection
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ description:
   - Files in O(path) that the listing does not hold are left alone and named in RV(extra).
   - The token travels in the module arguments, never on a command line, and is sent only to O(endpoint)'s host.
 author:
-  - Contributors to the dgxspark.cluster collection
+  - Contributors to the dgxspark.cluster collection (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:

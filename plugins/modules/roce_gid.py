@@ -1,5 +1,6 @@
 #!/usr/bin/python
 # Copyright: Contributors to the dgxspark.cluster collection
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ description:
     which the engine's systemd unit uses to re-resolve the index at every start.
   - Empty GID slots are skipped without reading their attribute files, which the kernel refuses with EINVAL.
 author:
-  - Contributors to the dgxspark.cluster collection
+  - Contributors to the dgxspark.cluster collection (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:

@@ -1,5 +1,6 @@
 #!/usr/bin/python
 # Copyright: Contributors to the dgxspark.cluster collection
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ description:
   - Symlinks are refused unless O(symlinks=record); devices, FIFOs and sockets are always refused.
   - The manifest and its cache are left out of the manifest when they lie inside O(path).
 author:
-  - Contributors to the dgxspark.cluster collection
+  - Contributors to the dgxspark.cluster collection (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details:
-      - With O(state=present) the manifest is computed (files are hashed, the cache is read) and RV(changed)
+      - With O(state=present) the manifest is computed (files are hashed, the cache is read) and C(changed)
         predicts whether the file would change; nothing is written, neither the manifest nor the cache.
       - With O(state=verified) the comparison runs unchanged; the cache is not updated.
   diff_mode:

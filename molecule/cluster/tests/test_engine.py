@@ -28,7 +28,7 @@ from helpers import (
 )
 
 sys.path.insert(0, str(ROOT / "collections"))
-from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (  # noqa: E402
+from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
     SECRETS_TARGET,
     SECRETS_WRAPPER,
     parse_systemd_exec_line,
@@ -54,7 +54,7 @@ def test_every_rank_runs_and_the_head_answers_a_completion():
 @pytest.mark.parametrize("host", HOSTS)
 def test_each_rank_runs_the_rendered_multi_node_command_line(host):
     hostvars = inventory_hosts()[host]
-    head, _ = engine_head()
+    head, _url = engine_head()
     head_address = inventory_hosts()[head]["roce_fabric_address"]
     argv = exec_start(host)
     vllm = argv[argv.index("vllm"):]
@@ -78,7 +78,7 @@ def test_each_rank_has_its_fabric_environment_and_no_privilege(host):
     env = node_state(host, "docker exec dgxspark-engine env")
     assert "VLLM_HOST_IP=%s\n" % hostvars["roce_fabric_address"] in env
     assert "GLOO_SOCKET_IFNAME=enP2p1s0f1np1\n" in env
-    gid = re.search(r"^NCCL_IB_GID_INDEX=(\d+)$", env, re.M)
+    gid = re.search(r"^NCCL_IB_GID_INDEX=(\d+)$", env, re.MULTILINE)
     raw = node_state(host, "cat /run/dgxspark-engine/fabric-gid.env")
     assert gid and raw.strip() == "NCCL_IB_GID_INDEX=%s" % gid.group(1)
     inspect = engine_container(host, "{{.HostConfig.Privileged}} {{.HostConfig.NetworkMode}} {{.HostConfig.IpcMode}} "

@@ -68,7 +68,7 @@ def test_upgrade_to_a_new_image_serves_until_the_switch_and_after_it():
     gap = monitor.longest_gap()
     assert gap is not None, "the cluster did not serve again after the upgrade"
     # Phase 1 ran while serving: the outage is the coordinated stop and start, well under the run itself.
-    served_during_phase_1 = sum(1 for _, ok in monitor.samples if ok)
+    served_during_phase_1 = sum(1 for _started, ok in monitor.samples if ok)
     assert served_during_phase_1 > 10
     print("serving gap of the upgrade: %.1f s" % gap)
     # The run says where the gap went, read from the head's journal.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+
 import testinfra.utils.ansible_runner
 import yaml
 

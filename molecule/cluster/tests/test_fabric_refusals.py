@@ -11,7 +11,16 @@ import subprocess
 
 import pytest
 
-from helpers import completion, flat, group_vars, host_side_veth, inventory_hosts, node_file_digests, node_state, run_playbook
+from helpers import (
+    completion,
+    flat,
+    group_vars,
+    host_side_veth,
+    inventory_hosts,
+    node_file_digests,
+    node_state,
+    run_playbook,
+)
 
 testinfra_hosts = ["local://"]
 

@@ -55,7 +55,7 @@ def test_the_image_reached_the_cluster_through_one_pull():
     # The registry stand-in logs every request; with the spread strategy only
     # the source node asks it for a manifest.
     log = node_state("sim-upstream", "journalctl -u docker-registry --no-pager -o cat")
-    pullers = {match.group(1) for match in re.finditer(r'^(\S+) - - \[[^]]*\] "GET /v2/[^ ]*/manifests/', log, re.M)}
+    pullers = {match.group(1) for match in re.finditer(r'^(\S+) - - \[[^]]*\] "GET /v2/[^ ]*/manifests/', log, re.MULTILINE)}
     assert pullers == {"192.168.99.11"}, pullers
 
 
@@ -100,8 +100,8 @@ def test_a_damaged_weight_file_is_named_and_repaired():
     weights = WEIGHTS + "/model.safetensors"
     good = node_state(SOURCE, "sha256sum %s" % weights).split()[0]
     # Same size and mtime: only the content check can see it.
-    node_state("spark2", "cp -p {0} /root/stamp && printf 'XXXX' | dd of={0} bs=1 seek=4096 conv=notrunc 2>/dev/null "
-                         "&& touch -r /root/stamp {0}".format(weights))
+    node_state("spark2", f"cp -p {weights} /root/stamp && printf 'XXXX' | dd of={weights} bs=1 seek=4096 conv=notrunc 2>/dev/null "
+                         f"&& touch -r /root/stamp {weights}")
     checked = run_playbook(HARNESS, extra_vars={"sim_only": "verify", "model_weights_verify_checksums": "full",
                                                 "sim_expected_image_id": upstream_image_id()})
     out = flat(checked.stdout)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Test harness only: build a signed apt repository of stand-in NVIDIA packages.
@@ -12,7 +11,7 @@ signed with a throwaway key made for this build only (its secret half is deleted
                          reporting 580.82.07) and 580.95.05-0ubuntu1 (reporting 580.95.05)
   libnvidia-container/   nvidia-container-toolkit 1.17.8-1 (hook and runtime stand-ins)
 
-Usage: build.py OUTPUT_DIR   (the project uses .cache/simulation/apt)
+Usage: python3 build.py OUTPUT_DIR   (the project uses .cache/simulation/apt)
 
 OUTPUT_DIR/repo holds both repositories and key.asc, their public key; OUTPUT_DIR/stamp holds a
 hash of this script and of every source file, and the repository is rebuilt only when it

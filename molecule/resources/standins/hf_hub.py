@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Stand-in for the Hugging Face Hub HTTP API, for the test harness only.
@@ -118,8 +117,9 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def _log(self, status, sent, note=""):
-        line = "%s %s %s %d %s%s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), self.command,
-                                        urlparse.urlsplit(self.path).path, status, sent, " " + note if note else "")
+        line = "%s %s %s %d %s%s\n" % (
+            time.strftime("%Y-%m-%dT%H:%M:%S"), self.command,
+            urlparse.urlsplit(self.path).path, status, sent, " " + note if note else "")
         with self.server.log_lock:
             self.server.log.write(line)
             self.server.log.flush()
@@ -161,8 +161,8 @@ class Handler(BaseHTTPRequestHandler):
         api_prefix = "/api/models/%s/" % repo.repo_id
         if path.startswith(api_prefix):
             rest = path[len(api_prefix):]
-            kind, _, rest = rest.partition("/")
-            rev, _, sub = rest.partition("/")
+            kind, _sep, rest = rest.partition("/")
+            rev, _sep, sub = rest.partition("/")
             if rev not in (repo.sha, "main"):
                 return self._error(404, "RevisionNotFound", "Invalid rev id: %s" % rev)
             if kind == "revision":
@@ -172,7 +172,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._error(404, "", "Sorry, we can't find the page you are looking for.")
         resolve_prefix = "/%s/resolve/" % repo.repo_id
         if path.startswith(resolve_prefix):
-            rev, _, rel = path[len(resolve_prefix):].partition("/")
+            rev, _sep, rel = path[len(resolve_prefix):].partition("/")
             if rev not in (repo.sha, "main"):
                 return self._error(404, "RevisionNotFound", "Invalid rev id: %s" % rev)
             return self._resolve(rel)

@@ -5,6 +5,7 @@ playbooks against the simulated nodes and read the inventory they use."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -32,7 +33,7 @@ _InventoryLoader.add_constructor("!vault", lambda loader, node: loader.construct
 def group_vars():
     merged = {}
     for path in sorted((ROOT / "inventory" / "simulated" / "group_vars" / GROUP).glob("*.yml")):
-        merged.update(yaml.load(path.read_text(), Loader=_InventoryLoader) or {})  # noqa: S506
+        merged.update(yaml.load(path.read_text(), Loader=_InventoryLoader) or {})
     return merged
 
 
@@ -107,7 +108,7 @@ def completion(prompt="Hello", max_tokens=4, timeout=30, api_key=None):
     import urllib.error
     import urllib.request
 
-    _, url = engine_head()
+    _head, url = engine_head()
     body = json.dumps({"model": group_vars()["engine_service_served_model_name"], "prompt": prompt,
                        "max_tokens": max_tokens, "temperature": 0}).encode()
     headers = {"Content-Type": "application/json"}
@@ -160,7 +161,7 @@ class ServingMonitor:
 
         while not self._stop.is_set():
             started = time.monotonic()
-            status, _ = completion(timeout=10)
+            status, _text = completion(timeout=10)
             self.samples.append((started, status == 200))
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
@@ -178,4 +179,4 @@ class ServingMonitor:
         if not self.samples or not self.samples[-1][1]:
             return None
         successes = [t for t, ok in self.samples if ok]
-        return max((b - a for a, b in zip(successes, successes[1:])), default=0.0)
+        return max((b - a for a, b in itertools.pairwise(successes)), default=0.0)

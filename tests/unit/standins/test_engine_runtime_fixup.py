@@ -5,12 +5,12 @@ simulated cluster's vLLM runtime, on a fake site-packages tree."""
 
 from __future__ import annotations
 
-from unit_support import REPO_ROOT
-
 import importlib.metadata
 import importlib.util
 
 import pytest
+
+from unit_support import REPO_ROOT
 
 FIXUP = REPO_ROOT / "molecule" / "resources" / "engine" / "vllm_runtime_fixup.py"
 

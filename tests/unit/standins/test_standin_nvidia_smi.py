@@ -9,14 +9,15 @@ print the same bytes.
 
 from __future__ import annotations
 
-from unit_support import FIXTURES as UNIT_FIXTURES, STANDINS
-
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+
+from unit_support import FIXTURES as UNIT_FIXTURES
+from unit_support import STANDINS
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._gpu import (
     QUERY_FIELDS,
@@ -69,7 +70,7 @@ def test_standin_is_an_executable_python_script_that_says_what_it_is():
 
 
 def test_module_query_parses_as_a_gb10(standin):
-    run, _ = standin
+    run, _write_config = standin
     rc, out, err = run(build_query_argv("nvidia-smi")[1:])
     assert (rc, err) == (0, "")
     (gpu,) = parse_query_gpu(out, QUERY_FIELDS)
@@ -83,9 +84,9 @@ def test_module_query_parses_as_a_gb10(standin):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_parses_to_the_same_gpus(standin, fmt):
-    run, _ = standin
+    run, _write_config = standin
     reference = parse_query_gpu(query(run)[1])
-    rc, out, _ = query(run, fmt=fmt)
+    rc, out, _err = query(run, fmt=fmt)
     assert rc == 0
     assert parse_query_gpu(out) == reference
 
@@ -101,20 +102,20 @@ def test_every_format_parses_to_the_same_gpus(standin, fmt):
     ],
 )
 def test_subsets_in_any_order_agree_with_the_full_query(standin, fields):
-    run, _ = standin
+    run, _write_config = standin
     (full,) = parse_query_gpu(query(run)[1])
-    rc, out, _ = query(run, fields)
+    rc, out, _err = query(run, fields)
     assert rc == 0
     assert parse_query_gpu(out, fields) == [{k: full[k] for k in result_keys(fields)}]
 
 
 def test_list_gpus_and_version_agree_with_the_query(standin):
-    run, _ = standin
+    run, _write_config = standin
     (gpu,) = parse_query_gpu(query(run)[1])
-    rc, out, _ = run(["-L"])
+    rc, out, _err = run(["-L"])
     assert rc == 0
     assert parse_list_gpus(out) == [{k: gpu[k] for k in ("index", "name", "uuid")}]
-    rc, out, _ = run(["--version"])
+    rc, out, _err = run(["--version"])
     assert rc == 0
     assert "DRIVER version      : %s\n" % gpu["driver_version"] in out
 
@@ -150,7 +151,7 @@ def h200_values():
 def test_set_to_h200_values_it_prints_the_real_bytes(standin, h200_values, fmt, fixture):
     run, write_config = standin
     write_config({"gpu": h200_values})
-    rc, out, _ = query(run, fmt=fmt)
+    rc, out, _err = query(run, fmt=fmt)
     assert rc == 0
     assert out == (FIXTURES / fixture).read_text(encoding="utf-8")
 
@@ -159,7 +160,7 @@ def test_set_to_h200_values_it_prints_the_real_bytes(standin, h200_values, fmt, 
 def test_set_to_h200_values_list_and_version_print_the_real_bytes(standin, h200_values, args, fixture):
     run, write_config = standin
     write_config({"gpu": h200_values})
-    rc, out, _ = run(args)
+    rc, out, _err = run(args)
     assert rc == 0
     assert out == (FIXTURES / fixture).read_text(encoding="utf-8")
 
@@ -200,12 +201,12 @@ def test_failures_it_can_simulate(standin, config, rc, needle):
     run, write_config = standin
     write_config(config)
     for args in (build_query_argv("nvidia-smi")[1:], ["-L"]):
-        found_rc, out, _ = run(args)
+        found_rc, out, _err = run(args)
         assert found_rc == rc and needle in out
 
 
 def test_summary_table_is_the_width_of_the_real_one(standin):
-    run, _ = standin
-    rc, out, _ = run([])
+    run, _write_config = standin
+    rc, out, _err = run([])
     assert rc == 0 and "NVIDIA GB10" in out and "Not Supported" in out
     assert {len(line) for line in out.splitlines()} == {91}

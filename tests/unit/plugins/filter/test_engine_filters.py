@@ -113,9 +113,11 @@ def test_errors_become_filter_errors_with_the_same_message(wrapper, function, ar
     assert isinstance(raised.value.orig_exc, EngineConfigError)
 
 
+# A backslash at the end of a line continues it: the text is as journalctl printed it.
 JOURNAL = """\
 2026-12-03T16:14:58.314523+0000 spark1 systemd[1]: Started dgxspark-engine.service - dgxspark engine rank 0 (tiny, version 168ee1761a544f77).
-2026-12-03T16:16:07.294787+0000 spark1 docker[4582]: (Worker pid=29) INFO 12-03 16:16:07 [parallel_state.py:1906] world_size=4 rank=0 local_rank=0 distributed_init_method=tcp://192.168.100.11:29501 backend=gloo
+2026-12-03T16:16:07.294787+0000 spark1 docker[4582]: (Worker pid=29) INFO 12-03 16:16:07 [parallel_state.py:1906] world_size=4 rank=0 local_rank=0 \
+distributed_init_method=tcp://192.168.100.11:29501 backend=gloo
 2026-12-03T16:16:09.955854+0000 spark1 docker[4582]: (Worker_TP0 pid=29) INFO 12-03 16:16:09 [base_loader.py:82] Initializing model took 0.211906 seconds
 2026-12-03T16:16:09.971946+0000 spark1 docker[4582]: (Worker_TP0 pid=29) INFO 12-03 16:16:09 [default_loader.py:501] Loading weights took 0.01 seconds
 2026-12-03T16:16:20.511924+0000 spark1 docker[4582]: INFO:     Application startup complete.

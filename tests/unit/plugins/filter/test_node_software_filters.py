@@ -64,4 +64,6 @@ def test_plain_rebuilds_containers_and_keeps_values():
     value = _NoDeepcopyDict({"a": [1, ("x", _NoDeepcopyDict({"b": None}))]})
     result = plain(value)
     assert result == {"a": [1, ("x", {"b": None})]}
-    assert type(result) is dict and type(result["a"][1][1]) is dict and type(result["a"][1]) is tuple
+    # Plain dicts, not the stand-in subclass, which isinstance(..., dict) alone would accept.
+    assert not isinstance(result, _NoDeepcopyDict) and not isinstance(result["a"][1][1], _NoDeepcopyDict)
+    assert isinstance(result, dict) and isinstance(result["a"][1][1], dict) and isinstance(result["a"][1], tuple)

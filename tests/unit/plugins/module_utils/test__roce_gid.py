@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 import sys
+from types import MappingProxyType
 
 import pytest
 
@@ -43,7 +44,8 @@ FABRIC_IP = "10.10.1.11"
 FABRIC_GID = "0000:0000:0000:0000:0000:ffff:0a0a:010b"
 GLOBAL_IP6 = "2001:db8:1::11"
 GLOBAL_GID6 = "2001:0db8:0001:0000:0000:0000:0000:0011"
-NETDEV_STATS = {"rx_crc_errors": 0, "rx_dropped": 4, "tx_dropped": 0, "rx_errors": 1}
+# Read-only: it is the default of the node fixture's builder.
+NETDEV_STATS = MappingProxyType({"rx_crc_errors": 0, "rx_dropped": 4, "tx_dropped": 0, "rx_errors": 1})
 
 
 @pytest.fixture

@@ -492,7 +492,8 @@ def test_capture_size_arithmetic(changes, expected):
     "changes, expected",
     [
         ({"max_cudagraph_capture_size": 8}, "8 is below the full decode batch of engine_service_max_num_seqs 16 x (1 + 3 speculative tokens) = 64"),
-        ({"max_num_seqs": 12, "max_cudagraph_capture_size": 40}, "40 is below the full decode batch of engine_service_max_num_seqs 12 x (1 + 3 speculative tokens) = 48"),
+        ({"max_num_seqs": 12, "max_cudagraph_capture_size": 40},
+         "40 is below the full decode batch of engine_service_max_num_seqs 12 x (1 + 3 speculative tokens) = 48"),
         ({"speculative_config": None, "max_cudagraph_capture_size": 8}, "8 is below the full decode batch of engine_service_max_num_seqs 16 (no speculation)"),
         ({"max_cudagraph_capture_size": 42}, "42 is not a multiple of 1 + 3 speculative tokens = 4; vLLM would silently round it down to 40"),
         ({"max_cudagraph_capture_size": 66}, "66 is not a multiple of 1 + 3 speculative tokens = 4; vLLM would silently round it down to 64; use 64 or 68"),

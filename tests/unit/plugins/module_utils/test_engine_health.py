@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
+
+from unit_support import REPO_ROOT
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _engine_health
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_health import (
@@ -26,7 +30,6 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_health im
     probe,
     watch,
 )
-from unit_support import REPO_ROOT
 
 ACTIVE = {"active": "active", "sub": "running", "result": "success", "status": ""}
 FAILED = {"active": "failed", "sub": "failed", "result": "exit-code", "status": "1"}
@@ -50,7 +53,7 @@ class FakeClock:
 class FakeEngine(BaseHTTPRequestHandler):
     """A minimal OpenAI-compatible API: what vLLM answers, or its failures."""
 
-    behaviour = {}
+    behaviour: ClassVar[dict] = {}  # reset by the engine fixture, shared by the handler instances
 
     def log_message(self, *args):
         pass
@@ -217,7 +220,7 @@ def test_watch_looks_often_until_the_engine_has_served_then_at_its_interval(syst
     assert "half-alive" in reason
     # Every STARTING_INTERVAL (5 s) while the engine starts, then every 60 s: a rank that
     # dies right after the start is not left unwatched for a whole interval.
-    gaps = [round(b - a, 3) for a, b in zip(looks, looks[1:])]
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(looks)]
     assert gaps == [5.0, 5.0, 60.0, 60.0]
 
 
@@ -257,7 +260,7 @@ def test_api_address_is_host_and_port_of_the_url():
 def test_port_accepts_sends_nothing_and_sees_a_closed_port(listening_port):
     host, port = listening_port.getsockname()
     assert port_accepts(host, port, 1) == {"ready": True, "detail": "port %d of 127.0.0.1 accepts connections" % port}
-    connection, _ = listening_port.accept()
+    connection, _peer = listening_port.accept()
     with connection:
         assert connection.recv(1) == b"", "the look must close the connection without a request"
     listening_port.close()

@@ -21,14 +21,19 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_timeline 
 )
 
 # The head of the simulated cluster (vLLM 0.32 CPU build), as journalctl
-# -u dgxspark-engine.service -o short-iso-precise printed it.
+# -u dgxspark-engine.service -o short-iso-precise printed it. A backslash at
+# the end of a line continues it, so the text stays as printed within pep8's
+# 160 columns (likewise below).
 CPU_JOURNAL = """\
 2026-12-03T16:14:58.314523+0000 spark1 systemd[1]: Started dgxspark-engine.service - dgxspark engine rank 0 (tiny, version 168ee1761a544f77).
-2026-12-03T16:15:59.183407+0000 spark1 docker[4582]: (EngineCore pid=21) INFO 12-03 16:15:59 [core.py:133] Initializing a V1 LLM engine (v0.32.0+dgxspark.patched) with config: model='/models/tiny', ...
-2026-12-03T16:16:07.294787+0000 spark1 docker[4582]: (Worker pid=29) INFO 12-03 16:16:07 [parallel_state.py:1906] world_size=4 rank=0 local_rank=0 distributed_init_method=tcp://192.168.100.11:29501 backend=gloo
+2026-12-03T16:15:59.183407+0000 spark1 docker[4582]: (EngineCore pid=21) INFO 12-03 16:15:59 [core.py:133] Initializing a V1 LLM engine \
+(v0.32.0+dgxspark.patched) with config: model='/models/tiny', ...
+2026-12-03T16:16:07.294787+0000 spark1 docker[4582]: (Worker pid=29) INFO 12-03 16:16:07 [parallel_state.py:1906] world_size=4 rank=0 local_rank=0 \
+distributed_init_method=tcp://192.168.100.11:29501 backend=gloo
 2026-12-03T16:16:09.955854+0000 spark1 docker[4582]: (Worker_TP0 pid=29) INFO 12-03 16:16:09 [base_loader.py:82] Initializing model took 0.211906 seconds
 2026-12-03T16:16:09.971946+0000 spark1 docker[4582]: (Worker_TP0 pid=29) INFO 12-03 16:16:09 [default_loader.py:501] Loading weights took 0.01 seconds
-2026-12-03T16:16:19.729943+0000 spark1 docker[4582]: (EngineCore pid=21) INFO 12-03 16:16:19 [core.py:402] init engine (profile, create kv cache, warmup model) took 7.94 s
+2026-12-03T16:16:19.729943+0000 spark1 docker[4582]: (EngineCore pid=21) INFO 12-03 16:16:19 [core.py:402] init engine (profile, create kv cache, \
+warmup model) took 7.94 s
 2026-12-03T16:16:20.217353+0000 spark1 docker[4582]: (APIServer pid=7) INFO 12-03 16:16:20 [entry.py:140] Starting vLLM server on http://0.0.0.0:8000
 2026-12-03T16:16:20.511924+0000 spark1 docker[4582]: INFO:     Application startup complete.
 """
@@ -51,19 +56,27 @@ GPU_JOURNAL = """\
 -- Boot 3c8e5e3b0a5c4f0c9d2f1a2b3c4d5e6f --
 2026-12-03T16:20:00.000000+00:00 spark1 systemd[1]: Starting dgxspark-engine.service - dgxspark engine rank 0 (deepseek, version 0123456789abcdef)...
 2026-12-03T16:20:00.500000+00:00 spark1 systemd[1]: Started dgxspark-engine.service - dgxspark engine rank 0 (deepseek, version 0123456789abcdef).
-2026-12-03T16:20:30.250000+00:00 spark1 docker[811]: (EngineCore_DP0 pid=60) INFO 12-03 16:20:30 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='/models/deepseek', ...
-2026-12-03T16:20:41.000000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:20:41 [parallel_state.py:1906] world_size=4 rank=0 local_rank=0 distributed_init_method=tcp://192.168.100.11:29501 backend=nccl
-2026-12-03T16:20:52.125000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:20:52 [parallel_state.py:1250] rank 0 in world size 4 is assigned as DP rank 0, PP rank 0, TP rank 0, EP rank 0
-2026-12-03T16:20:53.000000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:20:53 [gpu_model_runner.py:5039] Starting to load model /models/deepseek...
+2026-12-03T16:20:30.250000+00:00 spark1 docker[811]: (EngineCore_DP0 pid=60) INFO 12-03 16:20:30 [core.py:133] Initializing a V1 LLM engine (v0.32.0) \
+with config: model='/models/deepseek', ...
+2026-12-03T16:20:41.000000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:20:41 [parallel_state.py:1906] world_size=4 rank=0 \
+local_rank=0 distributed_init_method=tcp://192.168.100.11:29501 backend=nccl
+2026-12-03T16:20:52.125000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:20:52 [parallel_state.py:1250] rank 0 in world size 4 is \
+assigned as DP rank 0, PP rank 0, TP rank 0, EP rank 0
+2026-12-03T16:20:53.000000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:20:53 [gpu_model_runner.py:5039] Starting to load model \
+/models/deepseek...
 2026-12-03T16:21:40.000000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:21:40 [default_loader.py:501] Loading weights took 45.60 seconds
 2026-12-03T16:21:41.000000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:21:41 [gpu_model_runner.py:5073] Loading drafter model...
 2026-12-03T16:21:44.000000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:21:44 [default_loader.py:501] Loading weights took 2.10 seconds
-2026-12-03T16:21:45.500000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:21:45 [gpu_model_runner.py:5149] Model loading took 12.3 GiB memory and 52.345678 seconds
+2026-12-03T16:21:45.500000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:21:45 [gpu_model_runner.py:5149] Model loading took 12.3 GiB \
+memory and 52.345678 seconds
 2026-12-03T16:22:10.000000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:22:10 [gpu_worker.py:440] Available KV cache memory: 80.12 GiB
 2026-12-03T16:22:11.000000+00:00 spark1 docker[811]: Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|##########| 51/51 [00:18<00:00,  2.80it/s]
-2026-12-03T16:22:31.000000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:22:31 [gpu_model_runner.py:6581] Graph capturing finished in 20 secs, took 0.61 GiB
-2026-12-03T16:22:32.000000+00:00 spark1 docker[811]: (EngineCore_DP0 pid=60) INFO 12-03 16:22:32 [core.py:396] init engine (profile, create kv cache, warmup model) took 46.50 s (compilation: 20.10 s)
-2026-12-03T16:22:35.000000+00:00 spark1 docker[811]: (APIServer pid=1) INFO 12-03 16:22:35 [api_server.py:1200] Starting vLLM API server 0 on http://0.0.0.0:8000
+2026-12-03T16:22:31.000000+00:00 spark1 docker[811]: (Worker_TP0 pid=75) INFO 12-03 16:22:31 [gpu_model_runner.py:6581] Graph capturing finished in \
+20 secs, took 0.61 GiB
+2026-12-03T16:22:32.000000+00:00 spark1 docker[811]: (EngineCore_DP0 pid=60) INFO 12-03 16:22:32 [core.py:396] init engine (profile, create kv cache, \
+warmup model) took 46.50 s (compilation: 20.10 s)
+2026-12-03T16:22:35.000000+00:00 spark1 docker[811]: (APIServer pid=1) INFO 12-03 16:22:35 [api_server.py:1200] Starting vLLM API server 0 on \
+http://0.0.0.0:8000
 2026-12-03T16:22:36.750000+00:00 spark1 docker[811]: INFO:     Application startup complete.
 2026-12-03T16:22:38.000000+00:00 spark1 docker[811]: (APIServer pid=1) INFO:     192.168.100.1:51234 - "POST /v1/completions HTTP/1.1" 200 OK
 """
@@ -144,7 +157,7 @@ def test_without_ready_at_the_timeline_ends_at_the_last_marker():
 def test_only_the_last_start_counts():
     # The first start got as far as loading weights and failed; the second
     # one's lines must not borrow its distributed init.
-    failed = "\n".join([
+    failed = "\n".join([  # noqa: FLY002  # one journal line per item reads better than one f-string
         "2026-12-03T16:00:00.000000+0000 spark1 systemd[1]: Started dgxspark-engine.service - dgxspark engine rank 0 (tiny).",
         "2026-12-03T16:00:20.000000+0000 spark1 docker[100]: (Worker pid=29) INFO 12-03 16:00:20 [parallel_state.py:1906] "
         "world_size=4 rank=0 local_rank=0 distributed_init_method=tcp://192.168.100.11:29501 backend=gloo",

@@ -303,8 +303,8 @@ def test_a_healthy_node_has_no_problems():
 
 
 def test_a_link_without_carrier_is_a_warning_with_the_cold_boot_remedy():
-    mine = result(state("192.168.100.11"), state("192.168.101.11", carrier=False, configured=False,
-                                                  netdev=LINK2["netdev"], hca=LINK2["hca"]))
+    mine = result(state("192.168.100.11"),
+                  state("192.168.101.11", carrier=False, configured=False, netdev=LINK2["netdev"], hca=LINK2["hca"]))
     judged = verdict(mine, "spark1", {}, 9000)
     assert judged["link_problems"] == []
     assert judged["warnings"] == [

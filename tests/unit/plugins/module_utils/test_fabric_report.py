@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from unit_support import FIXTURES as UNIT_FIXTURES
-
 import json
 from itertools import permutations
 
 import pytest
+
+from unit_support import FIXTURES as UNIT_FIXTURES
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_report import (
     LATENCY_TESTS,

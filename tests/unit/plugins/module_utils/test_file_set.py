@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -79,8 +80,8 @@ def test_creates_the_set_reporting_in_input_order(tmp_path, desired):
     assert set(map(tuple, result["reasons"].values())) == {("created",)}
     assert mode_of(root) == 0o755 and mode_of(str(tmp_path / "etc")) == 0o755
     assert mode_of(root + "/v2") == 0o750 and mode_of(root + "/v2/conf") == 0o750  # implicit parent: the child's mode
-    assert open(root + "/v2/conf/engine.yaml").read() == "tp: 4\n" and mode_of(root + "/v2/conf/engine.yaml") == 0o644
-    assert open(root + "/v2/conf/hf.env").read() == SECRET and mode_of(root + "/v2/conf/hf.env") == 0o600
+    assert Path(root + "/v2/conf/engine.yaml").read_text() == "tp: 4\n" and mode_of(root + "/v2/conf/engine.yaml") == 0o644
+    assert Path(root + "/v2/conf/hf.env").read_text() == SECRET and mode_of(root + "/v2/conf/hf.env") == 0o600
     assert os.readlink(root + "/current") == "v2"
     assert not [name for name in os.listdir(root + "/v2/conf") if name.endswith(".tmp")]
 
@@ -111,7 +112,7 @@ def test_a_content_change_replaces_the_file_atomically(tmp_path, desired):
     desired["files"][0]["content"] = "tp: 8\n"
     result = converge(**desired)
     assert result == {"changed_paths": [path], "reasons": {path: ["content"]}}
-    assert open(path).read() == "tp: 8\n" and mode_of(path) == 0o644
+    assert Path(path).read_text() == "tp: 8\n" and mode_of(path) == 0o644
     assert os.lstat(path).st_ino != inode  # renamed into place, not rewritten
     assert not [name for name in os.listdir(os.path.dirname(path)) if name.endswith(".tmp")]
 
@@ -282,8 +283,8 @@ def test_entries_beneath_a_listed_file_or_through_a_listed_link_are_refused(tmp_
 
 
 def test_an_unknown_owner_is_refused(tmp_path):
-    message = refusal(tmp_path, directories=[{"path": str(tmp_path / "d"), "mode": "0755",
-                                               "owner": "no-such-user-here", "group": "no-such-group-here"}])
+    message = refusal(tmp_path, directories=[
+        {"path": str(tmp_path / "d"), "mode": "0755", "owner": "no-such-user-here", "group": "no-such-group-here"}])
     assert "directory %s: owner 'no-such-user-here' does not exist on this node; expected an existing user " \
            "name or a numeric id" % (tmp_path / "d") in message
     assert "group 'no-such-group-here' does not exist on this node" in message
@@ -376,7 +377,7 @@ def test_owner_is_set_on_create_fixed_in_place_and_kept_on_rewrite(tmp_path):
     result = converge(files=[{"path": f, "content": "a", "mode": "0640", "owner": "4003"}])
     assert result["reasons"] == {f: ["owner"]} and (os.lstat(f).st_uid, os.lstat(f).st_gid) == (4003, 4002)
     converge(files=[{"path": f, "content": "b", "mode": "0640"}])  # owner not managed: kept
-    assert (os.lstat(f).st_uid, os.lstat(f).st_gid) == (4003, 4002) and open(f).read() == "b"
+    assert (os.lstat(f).st_uid, os.lstat(f).st_gid) == (4003, 4002) and Path(f).read_text() == "b"
 
 
 # --------------------------------------------------------------------------- writing
@@ -398,7 +399,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypat
 def test_an_apply_failure_names_the_path_and_what_was_done(tmp_path, monkeypatch):
     steps = plan_file_set([{"path": str(tmp_path / "d"), "mode": "0755"}],
                           [{"path": str(tmp_path / "d" / "f"), "content": SECRET, "mode": "0600", "secret": True}])
-    monkeypatch.setattr(_file_set.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+    monkeypatch.setattr(_file_set.os, "fsync", lambda fd: (item for item in ()).throw(OSError(5, "Input/output error")))
     with pytest.raises(ApplyError) as info:
         apply_file_set(steps)
     assert info.value.done == [str(tmp_path / "d")]

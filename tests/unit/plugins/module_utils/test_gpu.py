@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from unit_support import FIXTURES as UNIT_FIXTURES
-
 import re
 
 import pytest
+
+from unit_support import FIXTURES as UNIT_FIXTURES
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._gpu import (
     FIELD_SPECS,

@@ -5,17 +5,17 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import os
 import threading
 from urllib import request as urlrequest
 
 import pytest
+
 from unit_support import STANDINS
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _hf_hub
-
-import importlib.util
 
 TOKEN = "hf_unit_test_token_0123456789"
 REPO = "org/tiny"
@@ -187,8 +187,8 @@ def test_a_manifest_listing_plans_as_the_hub_listing_does(hub, tmp_path):
     requests = len(hub.log_text().splitlines())
     from_manifest = _hf_hub.snapshot(None, None, "main", str(peer),
                                      listing={"commit": first["commit"], "files": manifest_files})
-    from_hub = _hf_hub.snapshot(None, None, "main", str(peer), listing={"commit": first["commit"],
-                                                                         "files": first["files"]})
+    from_hub = _hf_hub.snapshot(None, None, "main", str(peer),
+                                listing={"commit": first["commit"], "files": first["files"]})
     assert len(hub.log_text().splitlines()) == requests
     for key in ("commit", "to_fetch", "bytes_to_fetch", "total_bytes", "file_count"):
         assert from_manifest[key] == from_hub[key], key

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import time
+from types import MappingProxyType
 
 import pytest
 
@@ -33,12 +34,13 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._manifest import 
 #: An mtime well in the past, as rsync -a leaves it on a synced copy.
 OLD_NS = 1_750_000_000_123_456_789
 
-TREE = {
+# Read-only: it is the default of write_tree.
+TREE = MappingProxyType({
     "config.json": b'{"architectures": ["DeepseekV4ForCausalLM"]}\n',
     "model-00001-of-00002.safetensors": bytes(range(256)) * 64,
     "model-00002-of-00002.safetensors": b"\x00\x01" * 5000 + b"tail",
     "tokenizer/tokenizer.json": b'{"model": {"type": "BPE"}}',
-}
+})
 
 
 def future_clock():
@@ -132,7 +134,7 @@ def test_inside(root, path, expected):
 
 
 def test_manifest_lists_every_file_with_its_size_and_sha256(built):
-    model, outcome = built
+    _model, outcome = built
     assert outcome["manifest"] == manifest_of(TREE)
     assert list(outcome["manifest"]["files"]) == sorted(TREE)
     assert outcome["file_count"] == len(TREE)
@@ -444,7 +446,7 @@ def test_the_racy_window_is_measured_from_the_start_of_hashing(model, monkeypatc
     ],
 )
 def test_load_cache(model, built, text, root_of_cache, usable, reason):
-    _, outcome = built
+    _model, outcome = built
     if text is None and root_of_cache:
         text = dump_cache(outcome["cache"], str(model) if root_of_cache == "SAME" else root_of_cache)
     entries, why = load_cache(text, str(model))
@@ -453,7 +455,7 @@ def test_load_cache(model, built, text, root_of_cache, usable, reason):
 
 
 def test_load_cache_drops_malformed_entries(model, built):
-    _, outcome = built
+    _model, outcome = built
     data = json.loads(dump_cache(outcome["cache"], str(model)))
     data["files"]["config.json"]["sha256"] = "XYZ"
     data["files"]["tokenizer/tokenizer.json"]["size"] = "12"
@@ -498,7 +500,7 @@ def test_invalid_manifests_are_refused_saying_what_was_expected(manifest, messag
 
 
 def test_manifest_text_round_trips(built):
-    _, outcome = built
+    _model, outcome = built
     text = _manifest.dump_manifest(outcome["manifest"])
     assert parse_manifest(text) == outcome["manifest"]
     assert text.endswith("}\n") and json.loads(text) == outcome["manifest"]

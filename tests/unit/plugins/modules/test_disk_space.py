@@ -12,9 +12,8 @@ from ansible_collections.dgxspark.cluster.plugins.modules import disk_space
 
 
 def run(capsys, **params):
-    with patch_module_args(params):
-        with pytest.raises(SystemExit):
-            disk_space.main()
+    with patch_module_args(params), pytest.raises(SystemExit):
+        disk_space.main()
     return json.loads(capsys.readouterr().out)
 
 

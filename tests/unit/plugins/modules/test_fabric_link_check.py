@@ -40,9 +40,8 @@ def commands(monkeypatch):
 
 
 def run_module(capsys, **args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as caught:
-            fabric_link_check.main()
+    with patch_module_args(args), pytest.raises(SystemExit) as caught:
+        fabric_link_check.main()
     result = json.loads(capsys.readouterr().out)
     result["exit_code"] = caught.value.code
     return result
@@ -55,7 +54,7 @@ def test_reads_the_links_and_pings_every_peer(capsys, commands):
     assert result["exit_code"] == 0 and result["changed"] is False and not result.get("failed")
     assert result["links"][0]["configured"] is True and result["links"][0]["operstate"] == "UP"
     assert [p["rc"] for p in result["pings"]] == [0, 1]
-    ping = [argv for argv in commands if argv[0] == "/fake/bin/ping"][0]
+    ping = next(argv for argv in commands if argv[0] == "/fake/bin/ping")
     assert ping[:3] == ["/fake/bin/ping", "-c", "2"] and ping[ping.index("-s") + 1] == "8972"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
@@ -19,9 +20,8 @@ PUBLIC = "tensor_parallel_size: 4\nmax_model_len: 65536\n"
 
 
 def run_raw(capsys, **params):
-    with patch_module_args(params):
-        with pytest.raises(SystemExit):
-            file_set.main()
+    with patch_module_args(params), pytest.raises(SystemExit):
+        file_set.main()
     return capsys.readouterr().out
 
 
@@ -49,7 +49,7 @@ def tree(root):
             path = os.path.join(dirpath, name)
             st = os.lstat(path)
             content = os.readlink(path) if stat.S_ISLNK(st.st_mode) else (
-                open(path, "rb").read() if stat.S_ISREG(st.st_mode) else None)
+                Path(path).read_bytes() if stat.S_ISREG(st.st_mode) else None)
             seen[path] = (stat.S_IMODE(st.st_mode), st.st_ino, content)
     return seen
 
@@ -61,7 +61,7 @@ def test_converges_the_set_and_a_second_run_changes_nothing(capsys, tmp_path, pa
     assert result["changed_paths"] == [
         str(tmp_path / "etc"), root, root + "/v2", root + "/v2/engine.yaml", root + "/v2/hf.env", root + "/current"]
     assert result["reasons"][root + "/v2/hf.env"] == ["created"]
-    assert open(root + "/v2/hf.env").read() == SECRET
+    assert Path(root + "/v2/hf.env").read_text() == SECRET
     assert stat.S_IMODE(os.lstat(root + "/v2/hf.env").st_mode) == 0o600
     assert os.readlink(root + "/current") == "v2"
     before = tree(tmp_path)
@@ -81,7 +81,7 @@ def test_reports_each_kind_of_change(capsys, tmp_path, params):
     assert result["changed_paths"] == [root + "/v2", root + "/v2/engine.yaml", root + "/v2/hf.env", root + "/current"]
     assert result["reasons"] == {root + "/v2": ["mode"], root + "/v2/engine.yaml": ["content"],
                                  root + "/v2/hf.env": ["mode"], root + "/current": ["link"]}
-    assert open(root + "/v2/engine.yaml").read().endswith("enforce_eager: true\n")
+    assert Path(root + "/v2/engine.yaml").read_text().endswith("enforce_eager: true\n")
     assert os.readlink(root + "/current") == "v1"
 
 

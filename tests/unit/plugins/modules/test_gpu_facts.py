@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from unit_support import FIXTURES as UNIT_FIXTURES, STANDINS
-
-
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+
+from unit_support import FIXTURES as UNIT_FIXTURES
+from unit_support import STANDINS
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._gpu import (
     QUERY_FIELDS,

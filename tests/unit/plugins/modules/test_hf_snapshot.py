@@ -22,9 +22,8 @@ FILES = {"config.json": b"{}\n", "model.safetensors": b"\x01" * 2048}
 
 
 def run(capsys, **params):
-    with patch_module_args(params):
-        with pytest.raises(SystemExit):
-            hf_snapshot.main()
+    with patch_module_args(params), pytest.raises(SystemExit):
+        hf_snapshot.main()
     return json.loads(capsys.readouterr().out)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,7 +15,6 @@ from ansible.module_utils.testing import patch_module_args
 from unit_support import load_cx7_standin
 
 from ansible_collections.dgxspark.cluster.plugins.modules import roce_gid
-
 
 HCA = "roceP2p1s0f1"
 NETDEV = "enP2p1s0f1np1"
@@ -48,9 +48,8 @@ def sysfs_root(tmp_path):
 
 
 def run_module(capsys, **args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as caught:
-            roce_gid.main()
+    with patch_module_args(args), pytest.raises(SystemExit) as caught:
+        roce_gid.main()
     result = json.loads(capsys.readouterr().out)
     result["exit_code"] = caught.value.code
     return result
@@ -66,7 +65,7 @@ def snapshot(root):
                 state[path] = ("link", os.readlink(path))
             elif os.path.isfile(path):
                 stat = os.stat(path)
-                state[path] = ("file", stat.st_mtime_ns, open(path).read())
+                state[path] = ("file", stat.st_mtime_ns, Path(path).read_text())
             else:
                 state[path] = ("dir",)
     return state

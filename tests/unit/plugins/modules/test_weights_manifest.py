@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from types import MappingProxyType
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
@@ -15,12 +16,13 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils import _manifest
 from ansible_collections.dgxspark.cluster.plugins.modules import weights_manifest
 
 OLD_NS = 1_750_000_000_000_000_000
-TREE = {
+# Read-only: it is the default of expected_manifest.
+TREE = MappingProxyType({
     "config.json": b'{"model_type": "deepseek_v4"}\n',
     "model-00001-of-00003.safetensors": b"\x10" * 4096,
     "model-00002-of-00003.safetensors": b"\x20" * 4096,
     "model-00003-of-00003.safetensors": b"\x30" * 1000,
-}
+})
 
 
 @pytest.fixture(autouse=True)
@@ -45,9 +47,8 @@ def manifest_path(tmp_path):
 
 
 def run(capsys, **params):
-    with patch_module_args(params):
-        with pytest.raises(SystemExit):
-            weights_manifest.main()
+    with patch_module_args(params), pytest.raises(SystemExit):
+        weights_manifest.main()
     return json.loads(capsys.readouterr().out)
 
 
