@@ -1035,7 +1035,7 @@ def _container_extra_args_problems(extra, allowed):
             value = text[len(head) + 1:] if "=" in text else None
         else:
             flag, rest = text[:2], text[2:]
-            value = (rest[1:] if rest.startswith("=") else rest) or None
+            value = (rest.removeprefix("=")) or None
         found = text
         if value is None and flag in _VALUE_FLAGS and position < len(extra) and isinstance(extra[position], str):
             value = extra[position]

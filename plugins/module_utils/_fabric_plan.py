@@ -271,7 +271,7 @@ def _truthy(value):
 
 def _ip(text):
     try:
-        return ipaddress.ip_address(str(text).strip().strip("[]").split("%")[0])
+        return ipaddress.ip_address(str(text).strip().strip("[]").split("%", maxsplit=1)[0])
     except ValueError:
         return None
 

@@ -10,6 +10,7 @@ import re
 import subprocess
 
 import yaml
+
 from unit_support import REPO_ROOT
 
 LICENSE = REPO_ROOT / "LICENSE"

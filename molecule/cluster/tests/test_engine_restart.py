@@ -48,7 +48,7 @@ def test_restart_of_an_unchanged_version_restarts_nothing_and_says_how_to_force_
     result = run_playbook("restart.yml")
     assert result.returncode == 0, flat(result.stdout)[-3000:]
     assert {host: engine_container(host) for host in HOSTS} == containers
-    assert len(re.findall(r"^spark\d\s+:.*changed=0 ", result.stdout, re.M)) == len(HOSTS), flat(result.stdout)[-2000:]
+    assert len(re.findall(r"^spark\d\s+:.*changed=0 ", result.stdout, re.MULTILINE)) == len(HOSTS), flat(result.stdout)[-2000:]
     assert "nothing changed, so no rank restarts" in flat(result.stdout)
     assert "-e engine_service_restart=true" in flat(result.stdout)
 

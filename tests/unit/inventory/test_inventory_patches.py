@@ -11,6 +11,7 @@ import re
 
 import pytest
 import yaml
+
 from unit_support import REPO_ROOT
 
 INVENTORIES = sorted(path.parent for path in (REPO_ROOT / "inventory").glob("*/hosts.yml"))

@@ -24,8 +24,6 @@ Pure Python and PyYAML: no Ansible run.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 

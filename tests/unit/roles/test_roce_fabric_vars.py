@@ -9,14 +9,14 @@ role's dgxspark.cluster.* filters resolve as they do in a play."""
 
 from __future__ import annotations
 
-from unit_support import REPO_ROOT
-
 import json
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from unit_support import REPO_ROOT
 
 SCRIPT = textwrap.dedent(
     """
@@ -100,8 +100,8 @@ MISTYPED_CASES = [
 ]
 
 
-@pytest.mark.parametrize("index, expected", MISTYPED_CASES, ids=["mapping", "string", "number", "no netdev",
-                                                                  "netdev list"])
+@pytest.mark.parametrize("index, expected", MISTYPED_CASES,
+                         ids=["mapping", "string", "number", "no netdev", "netdev list"])
 def test_mistyped_links_get_as_far_as_the_plan_check(results, index, expected):
     out = results[index]
     assert out["read"].startswith("sh -c ") and "/etc/systemd/network/60-dgxspark-" not in out["read"]
@@ -109,7 +109,7 @@ def test_mistyped_links_get_as_far_as_the_plan_check(results, index, expected):
 
 
 READ = {
-    "stdout": "\n".join([
+    "stdout": "\n".join([  # noqa: FLY002  # one item per line of the read
         "@@dgxspark-state path 0", "stat 755 0 0 root root regular file", "sha256 x",
         "@@dgxspark-state path 1", "@@dgxspark-state path 2",
         "@@dgxspark-state unit 0", "enabled 0 enabled", "active 0 active",

@@ -9,13 +9,13 @@ GID tables and the rest of the tree are tested with GID discovery
 
 from __future__ import annotations
 
-from unit_support import REPO_ROOT, load_cx7_standin
-
 import os
 import subprocess
 
 import pytest
 import yaml
+
+from unit_support import REPO_ROOT, load_cx7_standin
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_plan import node_problems, parse_hca_netdevs
 from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state import parse_read, read_command
@@ -139,7 +139,7 @@ def role_read_spec(sysfs_root):
 
 
 def read_node(spec):
-    done = subprocess.run(read_command(spec), shell=True, capture_output=True, text=True, check=False)  # noqa: S602
+    done = subprocess.run(read_command(spec), shell=True, capture_output=True, text=True, check=False)
     return parse_read({"stdout": done.stdout, "stderr": done.stderr}, spec)
 
 

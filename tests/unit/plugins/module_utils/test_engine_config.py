@@ -712,7 +712,8 @@ def test_the_api_key_reaches_the_engine_from_a_mounted_file_only(tmp_path):
 
 def test_a_missing_secrets_file_stops_the_engine_before_it_starts(tmp_path):
     script = SECRETS_WRAPPER.replace(SECRETS_TARGET, str(tmp_path / "absent.env"))
-    done = subprocess.run(["sh", "-c", script, "dgxspark-engine", "echo", "started"], capture_output=True, text=True)
+    done = subprocess.run(["sh", "-c", script, "dgxspark-engine", "echo", "started"], capture_output=True, text=True,
+                          check=False)
     assert done.returncode != 0 and "started" not in done.stdout
 
 
@@ -1031,7 +1032,7 @@ def test_the_simulated_inventory_container_settings_are_sound():
 
     VaultTolerantLoader.add_constructor("!vault", lambda loader, node: loader.construct_scalar(node))
     inventory = yaml.load((REPOSITORY / "inventory" / "simulated" / "group_vars" / "dgxspark_cluster"
-                           / "engine.yml").read_text(), Loader=VaultTolerantLoader)  # noqa: S506  # a SafeLoader
+                           / "engine.yml").read_text(), Loader=VaultTolerantLoader)  # a SafeLoader
     settings = container_defaults()
     settings.update({key: inventory["engine_service_" + key] for key in CONTAINER_SETTINGS
                      if "engine_service_" + key in inventory})

@@ -217,8 +217,14 @@ NODE = facts(iface("eth0", "10.0.0.11"), iface("enP2p1s0f1np1", "192.168.100.11"
              iface("docker0", "172.17.0.1", "255.255.0.0"))
 
 
-def problems_of(link=None, found=FOUND, node_facts=NODE, management=MANAGEMENT, **changes):
-    return node_problems("spark1", [dict(link or LINK, **changes)], found, node_facts, management)
+_DEFAULT = object()
+
+
+def problems_of(link=None, found=_DEFAULT, node_facts=_DEFAULT, management=_DEFAULT, **changes):
+    """node_problems of spark1 with one link; FOUND, NODE and MANAGEMENT unless given (None is a value)."""
+    return node_problems("spark1", [dict(link or LINK, **changes)], FOUND if found is _DEFAULT else found,
+                         NODE if node_facts is _DEFAULT else node_facts,
+                         MANAGEMENT if management is _DEFAULT else management)
 
 
 def test_a_node_that_has_its_links_has_no_problems():

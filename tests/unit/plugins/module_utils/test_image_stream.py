@@ -47,7 +47,7 @@ def in_thread(target, *args, **kwargs):
     def call():
         try:
             box["result"] = target(*args, **kwargs)
-        except BaseException as exc:  # pylint: disable=broad-exception-caught
+        except BaseException as exc:  # noqa: BLE001  # pylint: disable=broad-exception-caught  # re-raised by the caller
             box["error"] = exc
 
     thread = threading.Thread(target=call, daemon=True)
@@ -115,7 +115,7 @@ def test_the_sender_script_serves_each_peer_on_its_own_and_exits_after_the_last(
 
 
 def test_the_sender_refuses_a_peer_outside_allow_and_keeps_serving(capsys, archive):
-    path, data = archive
+    path, _data = archive
     port, stop, wait = start_server(["cat", str(path)], allow=["192.0.2.7"], connections=1)
     refused = _image_stream.receive("127.0.0.1", port, DIGEST_LOADER, connect_timeout=5, idle_timeout=10)
     # A refused peer is not counted: the sender still listens for the allowed one.
@@ -169,7 +169,7 @@ def test_a_stalled_sender_ends_the_transfer_after_the_idle_timeout(tmp_path):
         port = server.getsockname()[1]
 
         def stall():
-            conn, _ = server.accept()
+            conn, _peer = server.accept()
             with conn:
                 conn.sendall(b"\x01" * 1000)
                 release.wait(30)

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+
 from unit_support import FIXTURES
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _image_stream
@@ -164,9 +165,8 @@ def docker_dir(tmp_path, monkeypatch):
 def run_captured(capsys, **params):
     """The module's result, and what was written to stderr meanwhile (the sender's log)."""
     params.setdefault("ref", REF)
-    with patch_module_args(params):
-        with pytest.raises(SystemExit):
-            engine_image.main()
+    with patch_module_args(params), pytest.raises(SystemExit):
+        engine_image.main()
     captured = capsys.readouterr()
     return json.loads(captured.out), captured.err
 
@@ -404,8 +404,8 @@ def free_port():
 
 
 def receive_captured(capsys, port, expected_id, **params):
-    return run_captured(capsys, state="received", expected_id=expected_id, source_address="127.0.0.1", source_port=port,
-               connect_timeout=5, idle_timeout=10, **params)
+    return run_captured(capsys, state="received", expected_id=expected_id, source_address="127.0.0.1",
+                        source_port=port, connect_timeout=5, idle_timeout=10, **params)
 
 
 def receive(capsys, port, expected_id, **params):
@@ -413,7 +413,7 @@ def receive(capsys, port, expected_id, **params):
 
 
 def test_received_loads_the_streamed_archive_under_the_local_tag(capsys, docker_dir, tmp_path):
-    data, image_id, _ = archive_bytes()
+    data, image_id, _layers = archive_bytes()
     (tmp_path / "image.tar").write_bytes(data)
     docker = Docker(docker_dir)
     with sender(["cat", str(tmp_path / "image.tar")], connections=1) as port:
@@ -428,9 +428,9 @@ def test_received_loads_the_streamed_archive_under_the_local_tag(capsys, docker_
 
 
 def test_received_reloads_a_tag_that_holds_another_image(capsys, docker_dir, tmp_path):
-    data, image_id, _ = archive_bytes()
+    data, image_id, _layers = archive_bytes()
     (tmp_path / "image.tar").write_bytes(data)
-    docker = Docker(docker_dir, {LOCAL: WORKER})
+    Docker(docker_dir, {LOCAL: WORKER})
     with sender(["cat", str(tmp_path / "image.tar")], connections=1) as port:
         result = receive(capsys, port, image_id)
     assert not result.get("failed"), result.get("msg")
@@ -500,7 +500,7 @@ def test_a_sender_whose_docker_save_fails_sends_nothing_and_the_receiver_says_wh
 
 
 def test_a_sender_that_does_not_serve_this_address_sends_nothing(capsys, docker_dir, tmp_path):
-    data, image_id, _ = archive_bytes()
+    data, image_id, _layers = archive_bytes()
     (tmp_path / "image.tar").write_bytes(data)
     Docker(docker_dir)
     with sender(["cat", str(tmp_path / "image.tar")], allow=["192.0.2.7"], connections=1) as port:

@@ -13,6 +13,7 @@ import threading
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+
 from unit_support import STANDINS
 
 from ansible_collections.dgxspark.cluster.plugins.modules import hf_snapshot
@@ -131,9 +132,8 @@ def test_check_mode_and_planned_ask_the_hub_and_write_nothing(capsys, hub, tmp_p
 
 def test_a_refused_token_fails_naming_the_variable_and_never_shows_the_token(capsys, hub, tmp_path):
     secret = "hf_wrong_secret_value_42"
-    with patch_module_args(dict(path=str(tmp_path / "tiny"), repo_id=REPO, endpoint=hub.endpoint, token=secret)):
-        with pytest.raises(SystemExit):
-            hf_snapshot.main()
+    with patch_module_args(dict(path=str(tmp_path / "tiny"), repo_id=REPO, endpoint=hub.endpoint, token=secret)), pytest.raises(SystemExit):
+        hf_snapshot.main()
     out = capsys.readouterr().out
     result = json.loads(out)
     assert result["failed"] is True
