@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import ROOT, engine_container, flat, group_vars, inventory_hosts, node_file_digests, run_playbook
+from helpers import (
+    ROOT,
+    assert_nothing_changed,
+    engine_container,
+    flat,
+    group_vars,
+    inventory_hosts,
+    node_file_digests,
+    run_playbook,
+)
 
 testinfra_hosts = ["local://"]
 
@@ -169,6 +178,7 @@ def test_unsound_engine_inventory_is_refused_before_any_change(change, message, 
     assert "output has been hidden" not in out
     # Refused in the preflight play: no later play started.
     assert "PLAY [Node software" not in result.stdout
+    assert_nothing_changed(result)
     record(message)
 
 
@@ -185,4 +195,5 @@ def test_a_secret_in_plain_text_is_refused_readably_before_any_change(extra_vars
     # image and weights plays: no later play started.
     assert "PLAY [Preflight" in result.stdout
     assert "PLAY [Node software" not in result.stdout
+    assert_nothing_changed(result)
     record(message)

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from helpers import (
+    assert_nothing_changed,
     completion,
     flat,
     group_vars,
@@ -122,6 +123,7 @@ def test_unsound_fabric_inventory_is_refused_before_any_change(change, message, 
     assert result.returncode != 0
     assert message in flat(result.stdout), flat(result.stdout)[-3000:]
     assert "Fabric | Write the" not in result.stdout
+    assert_nothing_changed(result)
 
 
 def test_address_without_gid_entry_fails_naming_host_and_table():

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from helpers import run_playbook
+from helpers import assert_nothing_changed, run_playbook
 
 testinfra_hosts = ["local://"]
 
@@ -48,3 +48,4 @@ def test_site_refuses_unsuitable_nodes(extra_vars, message):
     assert result.returncode != 0, result.stdout
     output = " ".join(result.stdout.split())
     assert re.search(message, output), output[-3000:]
+    assert_nothing_changed(result)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -49,6 +50,12 @@ def run_playbook(playbook, *args, extra_vars=None, check=False, timeout=900, env
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
                **(env or {}))
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def assert_nothing_changed(result):
+    """The PLAY RECAP of a refused run: every node of the inventory listed with changed=0."""
+    recap = dict(re.findall(r"^(spark\d)\s+:.*?changed=(\d+)", result.stdout, re.MULTILINE))
+    assert recap == dict.fromkeys(sorted(inventory_hosts()), "0"), "PLAY RECAP: %r" % recap
 
 
 def node_state(host, command):
