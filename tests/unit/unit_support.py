@@ -5,7 +5,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
+import threading
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -18,3 +21,32 @@ def load_cx7_standin():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_hub_standin():
+    spec = importlib.util.spec_from_file_location("hf_hub_standin", STANDINS / "hf_hub.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def served_hub(root, files, repo, token):
+    """The Hub stand-in serving O(files) (relative path -> bytes, written under O(root)) as
+    O(repo) on the loopback, two entries per listing page; the server has C(endpoint) and
+    C(log_text()) (its request log)."""
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    log = io.StringIO()
+    server = load_hub_standin().make_server(str(root), repo, token, port=0, page_size=2, log=log)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    server.endpoint = "http://127.0.0.1:%d" % server.server_address[1]
+    server.log_text = log.getvalue
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

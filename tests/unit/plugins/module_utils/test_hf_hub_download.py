@@ -5,15 +5,12 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import io
 import os
-import threading
 from urllib import request as urlrequest
 
 import pytest
 
-from unit_support import STANDINS
+from unit_support import served_hub
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _hf_hub
 
@@ -27,28 +24,10 @@ FILES = {
 }
 
 
-def load_standin():
-    spec = importlib.util.spec_from_file_location("hf_hub_standin", STANDINS / "hf_hub.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def hub(tmp_path):
-    root = tmp_path / "repo"
-    for rel, data in FILES.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
-    log = io.StringIO()
-    server = load_standin().make_server(str(root), REPO, TOKEN, port=0, page_size=2, log=log)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    server.endpoint = "http://127.0.0.1:%d" % server.server_address[1]
-    server.log_text = log.getvalue
-    yield server
-    server.shutdown()
-    server.server_close()
+    with served_hub(tmp_path / "repo", FILES, REPO, TOKEN) as server:
+        yield server
 
 
 def client(hub, token=TOKEN):

@@ -6,15 +6,12 @@ check mode, plan and refusals against the Hub stand-in served on the loopback.""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import io
 import json
-import threading
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from unit_support import STANDINS
+from unit_support import served_hub
 
 from ansible_collections.dgxspark.cluster.plugins.modules import hf_snapshot
 
@@ -60,29 +57,11 @@ HUB_FILES = {
 }
 
 
-def load_hub_standin():
-    spec = importlib.util.spec_from_file_location("hf_hub_standin", STANDINS / "hf_hub.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def hub(tmp_path):
-    root = tmp_path / "hub-repo"
-    for rel, data in HUB_FILES.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
-    log = io.StringIO()
-    server = load_hub_standin().make_server(str(root), REPO, TOKEN, port=0, page_size=2, log=log)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    server.endpoint = "http://127.0.0.1:%d" % server.server_address[1]
-    server.downloads = lambda: [line for line in log.getvalue().splitlines() if " file=" in line]
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    with served_hub(tmp_path / "hub-repo", HUB_FILES, REPO, TOKEN) as server:
+        server.downloads = lambda: [line for line in server.log_text().splitlines() if " file=" in line]
+        yield server
 
 
 def from_hub(capsys, hub, path, **params):
