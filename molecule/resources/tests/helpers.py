@@ -187,3 +187,44 @@ class ServingMonitor:
             return None
         successes = [t for t, ok in self.samples if ok]
         return max((b - a for a, b in itertools.pairwise(successes)), default=0.0)
+
+
+FAULT_REPORT = ROOT / "reports" / "faults" / "faults.json"
+
+
+def record_fault(fault, monitor, began):
+    """Requests sent and failed while a fault test ran (a ServingMonitor's samples) and
+    the test's duration, kept in reports/faults/faults.json for the README's fault table."""
+    import time
+
+    sent = len(monitor.samples)
+    failed = sum(1 for _started, ok in monitor.samples if not ok)
+    entry = {"sent": sent, "failed": failed, "seconds": round(time.monotonic() - began, 1)}
+    FAULT_REPORT.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(FAULT_REPORT.read_text()) if FAULT_REPORT.is_file() else {}
+    data[fault] = entry
+    FAULT_REPORT.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    print("fault %s: %r" % (fault, entry))
+    return entry
+
+
+def sim_node_boot(host, timeout=60):
+    """What a rebooted stand-in node needs to look like a rebooted Spark: Docker gives a
+    restarted container its interfaces back under Docker's names, where a Spark keeps its
+    port names across boots (prepare.yml renames the port once). Renames the interface
+    holding the node's fabric address to the port2 netdev, restarts the RDMA sysfs stand-in
+    and networkd (which applies the fabric file the role wrote), and waits for SSH."""
+    import time
+
+    netdev = group_vars()["roce_fabric_netdev"]
+    address = yaml.safe_load(INVENTORY.read_text())["dgxspark_cluster"]["hosts"][host]["ansible_host"]
+    subprocess.run(
+        ["docker", "exec", host, "sh", "-c",
+         "for n in $(ls /sys/class/net); do if ip -4 -o addr show dev $n | grep -q ' 192\\.168\\.100\\.'; then "
+         f"ip link set $n down; ip addr flush dev $n; ip link set $n name {netdev}; ip link set {netdev} mtu 1500 up; fi; done; "
+         "systemctl restart dgxspark-sim-rdma.service systemd-networkd"],
+        check=True, capture_output=True)
+    deadline = time.monotonic() + timeout
+    while subprocess.run(["ssh-keyscan", "-T", "2", address], capture_output=True, check=False).returncode != 0:
+        assert time.monotonic() < deadline, "%s: no SSH %d s after its boot" % (host, timeout)
+        time.sleep(1)
