@@ -14,7 +14,9 @@ VARIABLE_PREFIX = "engine_service_"
 
 RANK_VARIABLE = "engine_service_rank"
 
-ADDRESS_VARIABLE = "roce_fabric_address"
+# A rank's fabric address is the first link the fabric role plans for the host:
+# roce_fabric_address, or the first of roce_fabric_links when those are given.
+ADDRESS_VARIABLE = "the fabric address (roce_fabric_address, or the first of roce_fabric_links)"
 
 MIN_PORT = 1
 

@@ -299,17 +299,19 @@ BAD_INVENTORIES = [
     (
         "host without a fabric address",
         cluster(hosts=with_host("spark2", fabric_address=None)),
-        ["spark2: roce_fabric_address is not set; every engine rank reaches the others at its fabric address"],
+        ["spark2: the fabric address (roce_fabric_address, or the first of roce_fabric_links) is not set; "
+         "every engine rank reaches the others at its fabric address"],
     ),
     (
         "fabric address that is no address",
         cluster(hosts=with_host("spark2", fabric_address="spark2.fabric")),
-        ["spark2: roce_fabric_address 'spark2.fabric' is not an IP address"],
+        ["spark2: the fabric address (roce_fabric_address, or the first of roce_fabric_links) 'spark2.fabric' is not an IP address"],
     ),
     (
         "two hosts on one fabric address",
         cluster(hosts=with_host("spark2", fabric_address="192.168.100.11")),
-        ["roce_fabric_address 192.168.100.11 is used by spark1 and spark2; every engine host needs its own address"],
+        ["the fabric address (roce_fabric_address, or the first of roce_fabric_links) 192.168.100.11 is used by "
+         "spark1 and spark2; every engine host needs its own address"],
     ),
     (
         "capture size below the decode batch",
