@@ -98,13 +98,18 @@ def _require_text(text, tool):
     return text
 
 
-def _perftest_rows(text, header_line_index, column_count):
+def _perftest_last_row(text, header_line_index, column_count, kind):
+    """The last row of numbers under the header (perftest prints one per message size)."""
     rows = []
     for line in text.splitlines()[header_line_index + 1:]:
         tokens = line.split()
         if len(tokens) == column_count and all(_NUMBER.match(token) for token in tokens):
             rows.append(tokens)
-    return rows
+    if not rows:
+        raise FabricReportError(
+            f"no result row under the perftest {kind} header in the output: {_quote(text)}"
+        )
+    return rows[-1]
 
 
 def _perftest_header(text, marker, tool):
@@ -146,12 +151,8 @@ def parse_perftest_latency(text):
         raise FabricReportError(
             f"perftest latency header lacks #bytes, #iterations or a latency column: {header.strip()!r}"
         )
-    rows = _perftest_rows(text, index, len(columns))
-    if not rows:
-        raise FabricReportError(
-            f"no result row under the perftest latency header in the output: {_quote(text)}"
-        )
-    values = dict(zip(keys, rows[-1]))
+    row = _perftest_last_row(text, index, len(columns), "latency")
+    values = dict(zip(keys, row))
     parsed = {"bytes": int(float(values["bytes"])), "iterations": int(float(values["iterations"]))}
     for field in _LATENCY_FIELDS:
         parsed[field] = float(values[field]) if field in values else None
@@ -173,13 +174,9 @@ def parse_perftest_bandwidth(text):
         raise FabricReportError(
             f"perftest bandwidth header lacks #bytes, #iterations or BW average: {header.strip()!r}"
         )
-    rows = _perftest_rows(text, index, len(columns))
-    if not rows:
-        raise FabricReportError(
-            f"no result row under the perftest bandwidth header in the output: {_quote(text)}"
-        )
+    row = _perftest_last_row(text, index, len(columns), "bandwidth")
     parsed = dict.fromkeys(("bytes", "iterations", "bw_peak_gbps", "bw_avg_gbps", "msg_rate_mpps"))
-    for entry, token in zip(mapped, rows[-1]):
+    for entry, token in zip(mapped, row):
         if entry is None:
             continue
         key, factor = entry
