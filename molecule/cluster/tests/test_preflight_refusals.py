@@ -39,6 +39,16 @@ REFUSALS = [
         {"preflight_cluster_group": "sparks"},
         r"Inventory group 'sparks' is missing or empty",
     ),
+    # Inputs of roles whose plays come later, judged against their specs in the preflight play.
+    (
+        {"engine_image_strategy": "rsync"},
+        r"spark\d: value of engine_image_strategy must be one of: spread, pull, registry, got: rsync \(role engine_image; "
+        r"the types and choices are in roles/engine_image/meta/argument_specs.yml\)\. Fix the variable in the inventory\.",
+    ),
+    (
+        {"fabric_report_ping_count": "many"},
+        r"spark\d: argument 'fabric_report_ping_count' is of type str and we were unable to convert to int.* \(role fabric_report;",
+    ),
 ]
 
 
