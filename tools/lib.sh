@@ -19,6 +19,69 @@ dgxspark_venv() {
   export ANSIBLE_CONFIG="$DGXSPARK_ROOT/ansible.cfg"
 }
 
+# What a bare Debian/Ubuntu machine lacks for the README's two commands.
+#   dgxspark_prerequisites          what the toolchain needs (python3 with venv)
+#   dgxspark_prerequisites cluster  also what the simulated cluster needs, and a
+#                                   Docker daemon that answers
+# As root where apt-get is, it installs the missing packages and starts dockerd
+# in the background (log: $DGXSPARK_DOCKERD_LOG), saying so; elsewhere it
+# prints the commands that would, and returns 1.
+dgxspark_prerequisites() {
+  local need=() python=${DGXSPARK_SIM_PYTHON:-python3.11} sudo=sudo can_install=false
+  [ "$(id -u)" = 0 ] && sudo=
+  [ -z "$sudo" ] && command -v apt-get >/dev/null && can_install=true
+  command -v python3 >/dev/null || need+=(python3)
+  # venv, and ensurepip in it: the toolchain's venv and ansible-test's.
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+  if [ "${1:-}" = cluster ]; then
+    command -v ssh-keygen >/dev/null || need+=(openssh-client)
+    command -v rsync >/dev/null || need+=(rsync)
+    command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+    command -v gpg >/dev/null || need+=(gnupg)
+    command -v dpkg-scanpackages >/dev/null || need+=(dpkg-dev)
+    command -v iptables >/dev/null || need+=(iptables)
+    command -v dockerd >/dev/null || need+=(docker.io)
+    # The engine stand-in's runtime is installed with pip for a CPython 3.11.
+    if ! command -v "$python" >/dev/null; then
+      need+=(python3.11 python3-pip)
+    elif ! "$python" -m pip --version >/dev/null 2>&1; then
+      need+=(python3-pip)
+    fi
+  fi
+  if [ ${#need[@]} -gt 0 ]; then
+    if ! $can_install; then
+      echo "tools: missing prerequisites (${need[*]}); install them with:" >&2
+      command -v apt-get >/dev/null || echo "  (on Debian/Ubuntu; elsewhere your system's packages of the same names)" >&2
+      echo "  ${sudo:+$sudo }apt-get update && ${sudo:+$sudo }apt-get install -y ${need[*]}" >&2
+      return 1
+    fi
+    echo "tools: installing missing prerequisites: apt-get install -y ${need[*]}" >&2
+    apt-get update -qq >&2 || return 1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2 || {
+      echo "tools: apt-get install failed; python3.11 is not packaged on every release: install a CPython 3.11 and set DGXSPARK_SIM_PYTHON to it" >&2
+      return 1; }
+  fi
+  [ "${1:-}" = cluster ] || return 0
+  docker info >/dev/null 2>&1 && return 0
+  local log=${DGXSPARK_DOCKERD_LOG:-/var/log/dgxspark-dockerd.log} wait=${DGXSPARK_DOCKERD_WAIT:-60}
+  if [ -n "$sudo" ]; then
+    echo "tools: no Docker daemon answers; start one (or ask for access to it):" >&2
+    echo "  sudo sh -c 'dockerd >$log 2>&1 &'" >&2
+    return 1
+  fi
+  echo "tools: no Docker daemon answers; starting dockerd in the background (log: $log)" >&2
+  # setsid: the daemon outlives this script and does not get its signals.
+  setsid dockerd >"$log" 2>&1 < /dev/null &
+  while [ "$wait" -gt 0 ]; do
+    docker info >/dev/null 2>&1 && { echo "tools: dockerd answers" >&2; return 0; }
+    sleep 1
+    wait=$((wait - 1))
+  done
+  echo "tools: dockerd did not answer within ${DGXSPARK_DOCKERD_WAIT:-60} s; the end of $log:" >&2
+  tail -n 20 "$log" >&2
+  return 1
+}
+
 dgxspark_require_docker() {
   if ! docker info >/dev/null 2>&1; then
     echo "tools: no Docker daemon answers; start dockerd (see README, Prerequisites)" >&2

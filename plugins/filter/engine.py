@@ -3,17 +3,6 @@
 
 from __future__ import annotations
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
-    EngineConfigError,
-    container_argv,
-    effective_cudagraph_capture_size,
-    engine_config_problems,
-    engine_container_problems,
-    env_file_text,
-    rank_argv,
-    replica_layout,
-    systemd_exec_line,
-)
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_health import (
     EngineHealthError,
     cluster_verdict,
@@ -23,6 +12,17 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_timeline 
     format_timeline,
     start_timeline,
 )
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_argv import (
+    container_argv,
+    effective_cudagraph_capture_size,
+    env_file_text,
+    rank_argv,
+    replica_layout,
+)
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_container_checks import engine_container_problems
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import EngineConfigError
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import systemd_exec_line
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_validation import engine_config_problems
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
 

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_report import (
-    FabricReportError,
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report import (
     build_report,
     directed_pairs,
     pair_rounds,
-    render_markdown,
 )
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report_markdown import render_markdown
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report_parsers import FabricReportError
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
 

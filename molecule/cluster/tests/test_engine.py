@@ -28,11 +28,11 @@ from helpers import (
 )
 
 sys.path.insert(0, str(ROOT / "collections"))
-from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_argv import (
     SECRETS_TARGET,
     SECRETS_WRAPPER,
-    parse_systemd_exec_line,
 )
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import parse_systemd_exec_line
 
 testinfra_hosts = ["local://"]
 

@@ -9,41 +9,10 @@ role's dgxspark.cluster.* filters resolve as they do in a play."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
-from unit_support import REPO_ROOT
+from unit_support import template_role_vars
 
-SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
-    _AnsibleCollectionFinder(paths=[sys.argv[1] + "/collections"])._install()
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
-
-    loader = DataLoader()
-    role = {}
-    for part in ("defaults", "vars"):
-        role.update(loader.load_from_file(sys.argv[1] + "/roles/roce_fabric/%s/main.yml" % part,
-                                          trusted_as_template=True))
-    results = []
-    for variables, expressions in json.loads(sys.stdin.read()):
-        templar = Templar(loader=loader, variables=dict(role, **variables))
-        out = {}
-        for name, expression in expressions.items():
-            try:
-                out[name] = templar.template(trust_as_template(expression))
-            except Exception as exc:
-                out[name] = "ERROR %s: %s" % (type(exc).__name__, exc)
-        results.append(out)
-    print(json.dumps(results))
-    """
-)
 CASES = []
 
 
@@ -56,12 +25,7 @@ def case(variables, **expressions):
 @pytest.fixture(scope="module")
 def results():
     """Every case in one ansible-core start (about 1.5 s)."""
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(REPO_ROOT)], input=json.dumps(CASES),
-        capture_output=True, text=True, check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return template_role_vars("roce_fabric", CASES)
 
 
 HOST = {"inventory_hostname": "spark1", "roce_fabric_address": "192.168.100.11"}

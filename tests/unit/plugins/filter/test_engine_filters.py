@@ -11,21 +11,23 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgxspark.cluster.plugins.filter import engine
 from ansible_collections.dgxspark.cluster.plugins.filter.engine import FilterModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
-    EngineConfigError,
-    effective_cudagraph_capture_size,
-    engine_config_problems,
-    engine_container_problems,
-    parse_systemd_exec_line,
-    rank_argv,
-    replica_layout,
-    systemd_exec_line,
-)
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_timeline import (
     EngineTimelineError,
     format_timeline,
     start_timeline,
 )
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_argv import (
+    effective_cudagraph_capture_size,
+    rank_argv,
+    replica_layout,
+)
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_container_checks import engine_container_problems
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import EngineConfigError
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import (
+    parse_systemd_exec_line,
+    systemd_exec_line,
+)
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_validation import engine_config_problems
 
 FILTERS = FilterModule().filters()
 FILTER_DIR = Path(engine.__file__).parent

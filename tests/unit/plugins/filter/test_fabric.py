@@ -11,13 +11,13 @@ from ansible.errors import AnsibleFilterError
 from unit_support import FIXTURES as UNIT_FIXTURES
 
 from ansible_collections.dgxspark.cluster.plugins.filter.fabric import FilterModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_report import (
-    FabricReportError,
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report import (
     build_report,
     directed_pairs,
     pair_rounds,
-    render_markdown,
 )
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report_markdown import render_markdown
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report_parsers import FabricReportError
 
 FILTERS = FilterModule().filters()
 fabric_pair_rounds = FILTERS["fabric_pair_rounds"]

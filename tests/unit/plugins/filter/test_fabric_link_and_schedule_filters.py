@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgxspark.cluster.plugins.filter import fabric_links, fabric_schedule
 from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_links import FabricLinkError, ping_plan, verdict
-from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_report_schedule import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report_schedule import (
     FabricScheduleError,
     plan_digest,
     schedule,

@@ -19,7 +19,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_plan impo
     fabric_plan_problems,
     node_problems,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_report_schedule import FabricScheduleError
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report_schedule import FabricScheduleError
 
 FILTER_DIR = Path(fabric_plan.__file__).parent
 FILTERS = fabric_plan.FilterModule().filters()

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_report_schedule import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report_schedule import (
     FORCE_HINT,
     FabricScheduleError,
     plan_digest,

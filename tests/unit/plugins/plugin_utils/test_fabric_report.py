@@ -10,19 +10,21 @@ import pytest
 
 from unit_support import FIXTURES as UNIT_FIXTURES
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_report import (
-    LATENCY_TESTS,
-    TESTS,
-    FabricReportError,
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report import (
     build_report,
     counter_increases,
     directed_pairs,
     pair_rounds,
+)
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report_markdown import render_markdown
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report_parsers import (
+    LATENCY_TESTS,
+    TESTS,
+    FabricReportError,
     parse_iperf3_json,
     parse_perftest_bandwidth,
     parse_perftest_latency,
     parse_ping,
-    render_markdown,
 )
 
 FIXTURES = UNIT_FIXTURES / "fabric"

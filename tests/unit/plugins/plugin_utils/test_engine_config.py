@@ -12,22 +12,28 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import (
-    CONTAINER_SETTINGS,
-    MANAGED_FLAGS,
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_argv import (
     SECRETS_TARGET,
     SECRETS_WRAPPER,
-    EngineConfigError,
     container_argv,
     effective_cudagraph_capture_size,
-    engine_config_problems,
-    engine_container_problems,
     env_file_text,
-    parse_systemd_exec_line,
     rank_argv,
     replica_layout,
+)
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_container_checks import (
+    CONTAINER_SETTINGS,
+    engine_container_problems,
+)
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import (
+    MANAGED_FLAGS,
+    EngineConfigError,
+)
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import (
+    parse_systemd_exec_line,
     systemd_exec_line,
 )
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_validation import engine_config_problems
 
 DIGEST = "sha256:" + "3f" * 32
 PATCH_SHA256 = "9c" * 32
@@ -293,17 +299,19 @@ BAD_INVENTORIES = [
     (
         "host without a fabric address",
         cluster(hosts=with_host("spark2", fabric_address=None)),
-        ["spark2: roce_fabric_address is not set; every engine rank reaches the others at its fabric address"],
+        ["spark2: the fabric address (roce_fabric_address, or the first of roce_fabric_links) is not set; "
+         "every engine rank reaches the others at its fabric address"],
     ),
     (
         "fabric address that is no address",
         cluster(hosts=with_host("spark2", fabric_address="spark2.fabric")),
-        ["spark2: roce_fabric_address 'spark2.fabric' is not an IP address"],
+        ["spark2: the fabric address (roce_fabric_address, or the first of roce_fabric_links) 'spark2.fabric' is not an IP address"],
     ),
     (
         "two hosts on one fabric address",
         cluster(hosts=with_host("spark2", fabric_address="192.168.100.11")),
-        ["roce_fabric_address 192.168.100.11 is used by spark1 and spark2; every engine host needs its own address"],
+        ["the fabric address (roce_fabric_address, or the first of roce_fabric_links) 192.168.100.11 is used by "
+         "spark1 and spark2; every engine host needs its own address"],
     ),
     (
         "capture size below the decode batch",

@@ -1,0 +1,66 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The collection as users install it: the built tarball, installed with
+ansible-galaxy into a fresh path, drives the converged cluster by FQCN
+(dgxspark.cluster.site) with no ansible.cfg of the checkout and no other
+collection, and changes nothing."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tarfile
+
+from helpers import ROOT, flat
+
+testinfra_hosts = ["local://"]
+
+# What the checkout's ansible.cfg sets that the playbooks rely on, as an
+# installed user sets it (README, "From the installed collection"): the vault
+# identity of the inventory; the rest only makes a run fast.
+INSTALLED_USER_ENV = {
+    "ANSIBLE_VAULT_IDENTITY_LIST": f"simulation@{ROOT}/inventory/simulated/vault-password",
+    "ANSIBLE_CALLBACKS_ENABLED": "dgxspark.cluster.preload",
+    "ANSIBLE_INJECT_FACT_VARS": "false",
+    "ANSIBLE_PIPELINING": "true",
+    "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=300s",
+}
+# Never in the tarball: caches, virtualenvs, reports, the test harness, and the
+# simulated inventory with its vault password.
+NOT_SHIPPED = (".cache/", ".venv/", "reports/", "molecule/", "tools/", "inventory/simulated/", ".pytest_cache/")
+
+
+def test_installed_collection_converges_the_cluster_with_no_change(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"), ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false",
+               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+
+    def run(*cmd):
+        # A fresh directory as the working directory: no ansible.cfg is found there.
+        result = subprocess.run(cmd, cwd=tmp_path / "run", env=env, capture_output=True, text=True, timeout=600,
+                                check=False)
+        assert result.returncode == 0, flat(result.stdout + result.stderr)[-3000:]
+        return result.stdout
+
+    (tmp_path / "run").mkdir()
+    run("ansible-galaxy", "collection", "build", "--output-path", str(tmp_path), str(ROOT))
+    (tarball,) = tmp_path.glob("dgxspark-cluster-*.tar.gz")
+    with tarfile.open(tarball) as archive:
+        shipped = [member.name + "/" if member.isdir() else member.name for member in archive.getmembers()]
+    assert not [name for name in shipped if name.startswith(NOT_SHIPPED)]
+    assert "playbooks/site.yml" in shipped and "LICENSE" in shipped
+
+    run("ansible-galaxy", "collection", "install", "-p", str(tmp_path / "collections"), str(tarball))
+    assert "config file = None" in run("ansible-playbook", "--version")
+    # The only collection Ansible sees is the installed one: the checkout is out of reach.
+    listed = run("ansible-galaxy", "collection", "list")
+    paths = [path for path in re.findall(r"^# (\S+)", listed, re.MULTILINE) if "/ansible/_internal/" not in path]
+    assert paths == [str(tmp_path / "collections" / "ansible_collections")], listed
+    assert "dgxspark.cluster" in listed
+
+    env.update(INSTALLED_USER_ENV)
+    output = run("ansible-playbook", "dgxspark.cluster.site", "-i", str(ROOT / "inventory" / "simulated"))
+    recap = {host: (changed, failed) for host, changed, failed in
+             re.findall(r"^(spark\d)\s+:.*?changed=(\d+)\s.*?failed=(\d+)", output, re.MULTILINE)}
+    assert recap == dict.fromkeys(("spark1", "spark2", "spark3", "spark4"), ("0", "0")), recap

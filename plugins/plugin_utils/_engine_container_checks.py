@@ -1,0 +1,488 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The rules for a rank's container and environment (engine_container_problems): docker run
+options the collection owns or refuses, devices, capabilities, ulimits, mounts, and
+secrets kept out of plain environment variables. They may differ from host to host.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import re
+
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import (
+    EngineConfigError,
+    _is_int,
+    _is_positive_int,
+    _kind,
+    _variable,
+)
+
+# The settings of the rank's container and environment, without their
+# engine_service_ prefix (nccl_extra_env is roce_fabric_nccl_extra_env). They
+# may differ from host to host, so they are judged per host.
+CONTAINER_SETTINGS = (
+    "container_gpus", "container_devices", "container_allowed_devices", "container_capabilities",
+    "container_ulimits", "container_shm_size", "container_extra_args", "extra_mounts", "env", "nccl_extra_env",
+)
+
+# Node devices a rank may be given when engine_service_container_allowed_devices
+# is not set: the RDMA devices of the ConnectX-7 (the collection passes the
+# whole /dev/infiniband; uverbs* and rdma_cm are in it). The GPU comes through
+# --gpus and the NVIDIA runtime, not --device.
+DEFAULT_ALLOWED_DEVICES = ("/dev/infiniband", "/dev/infiniband/*")
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_CAPABILITY = re.compile(r"^[A-Za-z_]+$")
+
+_ULIMIT_NAME = re.compile(r"^[a-z]+$")
+
+_ULIMIT_VALUE = re.compile(r"^-?[0-9]+(:-?[0-9]+)?$")
+
+_SIZE = re.compile(r"^[0-9]+(\.[0-9]+)? ?[kKmMgGtTpP]?[iI]?[bB]?$")
+
+# docker run options the collection renders for every rank: the variable each
+# comes from, or what it always is.
+_CONTAINER_OWNED_FLAGS = {
+    "--name": "engine_service_container_name",
+    "--gpus": "engine_service_container_gpus",
+    "--device": "engine_service_container_devices",
+    "--cap-add": "engine_service_container_capabilities",
+    "--ulimit": "engine_service_container_ulimits",
+    "--shm-size": "engine_service_container_shm_size",
+    "--env-file": "engine_service_env",
+    "--env": "engine_service_env",
+    "-e": "engine_service_env",
+    "--mount": "engine_service_extra_mounts",
+    "--volume": "engine_service_extra_mounts",
+    "-v": "engine_service_extra_mounts",
+}
+
+_CONTAINER_FIXED_FLAGS = {
+    "--rm": "--rm on every rank",
+    "--init": "--init on every rank",
+    "--network": "--network host on every rank",
+    "--net": "--network host on every rank",
+    "--ipc": "--ipc host on every rank: vLLM's processes share the node's /dev/shm",
+}
+
+# Namespaces a rank must not share with the node: flag -> (name, what sharing does).
+_HOST_NAMESPACE_FLAGS = {
+    "--pid": ("PID", "it puts the container in the node's PID namespace, where it sees every process of the node "
+                     "and can signal them"),
+    "--uts": ("UTS", "it puts the container in the node's UTS namespace, where it can change the node's hostname"),
+    "--userns": ("user", "it takes the container out of the daemon's user namespace remapping, so its root is the "
+                         "node's root"),
+    "--cgroupns": ("cgroup", "it puts the container in the node's cgroup namespace, where it sees the node's whole "
+                             "cgroup tree"),
+}
+
+# --security-opt settings that lift the container's confinement.
+_UNCONFINED = {
+    ("seccomp", "unconfined"): "it turns off the container's seccomp filter, so every system call reaches the "
+                               "node's kernel",
+    ("apparmor", "unconfined"): "it runs the container without its AppArmor profile",
+    ("label", "disable"): "it turns off the container's SELinux labels",
+    ("systempaths", "unconfined"): "it unmasks the kernel paths under /proc and /sys that Docker hides from "
+                                   "containers",
+}
+
+# Options followed by their value as the next argument when not given as --flag=value.
+_VALUE_FLAGS = frozenset(
+    set(_CONTAINER_OWNED_FLAGS) | {"--network", "--net", "--ipc", "--security-opt", "--device-cgroup-rule"}
+    | set(_HOST_NAMESPACE_FLAGS)
+)
+
+_FALSE_WORDS = ("0", "f", "false")
+
+# Bind-mount sources that hand the container the node itself.
+_ROOT_EQUIVALENT_SOURCES = {
+    "/": "the node's whole filesystem",
+    "/var/run/docker.sock": "the node's Docker daemon, as good as root on the node",
+    "/run/docker.sock": "the node's Docker daemon, as good as root on the node",
+    "/run/containerd/containerd.sock": "the node's containerd, as good as root on the node",
+    "/var/run/containerd/containerd.sock": "the node's containerd, as good as root on the node",
+    "/run": "the node's /run, with the Docker and containerd sockets in it, as good as root on the node",
+    "/var/run": "the node's /run, with the Docker and containerd sockets in it, as good as root on the node",
+}
+
+_MOUNT_KEYS = ("src", "dest", "readonly")
+
+# Environment variables the collection sets itself: the reason, or the
+# variable they are set from.
+_ENV_SET_BY_COLLECTION = {
+    "VLLM_HOST_IP": "each rank's own fabric address, roce_fabric_address",
+    "NCCL_IB_GID_INDEX": "resolved from the fabric address at every start of the rank",
+    "NCCL_IB_HCA": "the HCAs of the fabric links with carrier, from roce_fabric_links",
+    "NCCL_SOCKET_IFNAME": "the netdev of the first fabric link with carrier, from roce_fabric_links",
+    "GLOO_SOCKET_IFNAME": "the netdev of the first fabric link with carrier, from roce_fabric_links",
+}
+
+_ENV_FROM_BASE = ("NCCL_NET", "NCCL_IB_DISABLE", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE")
+
+# Secrets with a vaulted variable of their own: where they belong.
+_SECRET_HOMES = {
+    "VLLM_API_KEY": "the API key in engine_service_api_key, vault-encrypted (it reaches vLLM as VLLM_API_KEY "
+                    "through a root-only file)",
+    "HF_TOKEN": "the Hub token in model_weights_hf_token, vault-encrypted (the collection fetches the weights with "
+                "it; the engine reads them from disk)",
+    "HUGGING_FACE_HUB_TOKEN": "the Hub token in model_weights_hf_token, vault-encrypted (the collection fetches the "
+                              "weights with it; the engine reads them from disk)",
+}
+
+_SECRET_LAST_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS", "APIKEY")
+
+_SECRET_LAST_PAIRS = ("API_KEY", "ACCESS_KEY", "SECRET_KEY", "PRIVATE_KEY", "AUTH_KEY")
+
+# Names that look like secrets and are not.
+_NOT_SECRETS = ("HF_HUB_DISABLE_IMPLICIT_TOKEN",)
+
+
+def _hosts_phrase(hosts):
+    if len(hosts) == 1:
+        return hosts[0]
+    return "%s and %s" % (", ".join(hosts[:-1]), hosts[-1])
+
+
+def _is_secret_name(name):
+    upper = name.upper()
+    if upper in _NOT_SECRETS:
+        return False
+    words = upper.split("_")
+    return words[-1] in _SECRET_LAST_WORDS or "_".join(words[-2:]) in _SECRET_LAST_PAIRS
+
+
+def _env_entry_problem(name, value):
+    """Why NAME=value cannot be a line of an env file, or None."""
+    if not isinstance(name, str) or not _ENV_NAME.match(name):
+        return "name %r is not a valid variable name (letters, digits and _, not starting with a digit)" % (name,)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return "%s is %s, not a string; give a string (quote it in YAML)" % (name, _kind(value))
+    text = str(value)
+    if "\n" in text or "\r" in text or "\0" in text:
+        return "%s holds a line break or NUL, which an env file cannot carry; give the value on one line" % name
+    return None
+
+
+def _env_problems(env, name):
+    if env is None:
+        return []
+    if not isinstance(env, dict):
+        return ["%s must be a mapping of variable names to values, not %s" % (name, _kind(env))]
+    problems = []
+    for key in sorted(env, key=str):
+        if isinstance(key, str) and _is_secret_name(key):
+            problems.append(
+                "%s holds %s, a secret, in plain environment: the environment is written into every rank's version "
+                "and shown by ansible-playbook -v; expected: %s. %s"
+                % (name, key, _SECRET_HOMES.get(key.upper(), "no secret in the environment (the engine's only secret "
+                                                             "is engine_service_api_key, vault-encrypted)"),
+                   "Move it there." if key.upper() in _SECRET_HOMES else "Remove it.")
+            )
+        elif key in _ENV_SET_BY_COLLECTION:
+            problems.append(
+                "%s sets %s, which the collection sets itself (%s); expected: no %s here. Remove it."
+                % (name, key, _ENV_SET_BY_COLLECTION[key], key)
+            )
+        elif key in _ENV_FROM_BASE:
+            problems.append(
+                "%s sets %s, which the collection sets from roce_fabric_nccl_base_env; expected: no %s here. "
+                "Set it in roce_fabric_nccl_base_env instead." % (name, key, key)
+            )
+        else:
+            problem = _env_entry_problem(key, env[key])
+            if problem:
+                problems.append("%s %s" % (name, problem))
+    return problems
+
+
+def _both_env_problems(engine_env, fabric_env):
+    if not isinstance(engine_env, dict) or not isinstance(fabric_env, dict):
+        return []
+    refused = set(_ENV_SET_BY_COLLECTION) | set(_ENV_FROM_BASE)
+    shared = sorted(key for key in engine_env if key in fabric_env and isinstance(key, str)
+                    and key not in refused and not _is_secret_name(key))
+    return [
+        "%s and %s both set %s; expected: each variable in one of them (the engine would get %s's). "
+        "Remove it from one." % (_variable("env"), _variable("nccl_extra_env"), key, _variable("env"))
+        for key in shared
+    ]
+
+
+def _allowed_devices(settings):
+    """(patterns, problems) of the device allow-list."""
+    allowed = settings.get("container_allowed_devices")
+    name = _variable("container_allowed_devices")
+    if allowed is None:
+        return list(DEFAULT_ALLOWED_DEVICES), []
+    if not isinstance(allowed, list):
+        return list(DEFAULT_ALLOWED_DEVICES), [
+            "%s must be a list of device paths or patterns (/dev/infiniband/*), not %s" % (name, _kind(allowed))]
+    problems = []
+    patterns = []
+    for position, pattern in enumerate(allowed):
+        if not isinstance(pattern, str) or not posixpath.isabs(pattern):
+            problems.append("%s[%d] %r is not an absolute device path or pattern" % (name, position, pattern))
+        else:
+            patterns.append(pattern)
+    return patterns, problems
+
+
+def _device_allowed(spec, allowed):
+    """Whether the node side of a --device spec (PATH[:CONTAINER[:PERMISSIONS]]) is allowed."""
+    path = spec.split(":", 1)[0]
+    if not posixpath.isabs(path) or posixpath.normpath(path) != path:
+        return False
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in allowed)
+
+
+def _device_refusal(name, found, allowed):
+    return (
+        "%s holds %s: it gives the container a device of the node outside engine_service_container_allowed_devices "
+        "(%s); expected: the RDMA devices only (the GPU comes through --gpus). Remove it, or add it to "
+        "engine_service_container_allowed_devices if the engine needs it."
+        % (name, found, ", ".join(allowed) or "empty")
+    )
+
+
+def _all_capabilities_refusal(name, found, in_extra_args):
+    return (
+        "%s holds %s: it gives the container every capability of the node, as good as root on it; expected: only "
+        "the capabilities the engine needs, by name%s. %s"
+        % (name, found,
+           ", in engine_service_container_capabilities (the collection adds IPC_LOCK)" if in_extra_args
+           else " (the default is IPC_LOCK, for RDMA memory registrations)",
+           "Remove it." if in_extra_args else "Name them instead.")
+    )
+
+
+def _is_all_capability(value):
+    return isinstance(value, str) and value.strip().upper() in ("ALL", "CAP_ALL")
+
+
+def _docker_option_refusal(name, flag, value, found, allowed):
+    """Why one docker run option of the extra args is refused, or None."""
+    if flag == "--privileged":
+        if value is not None and value.strip().lower() in _FALSE_WORDS:
+            return ("%s holds %s, which the collection never needs (no rank runs privileged); expected: no "
+                    "--privileged here. Remove it." % (name, found))
+        return ("%s holds %s: it gives the container every device and capability of the node and lifts its seccomp "
+                "and AppArmor confinement; expected: no --privileged (the collection passes the GPU and the RDMA "
+                "devices itself). Remove it." % (name, found))
+    if flag in _HOST_NAMESPACE_FLAGS and value is not None and value.strip() == "host":
+        namespace, effect = _HOST_NAMESPACE_FLAGS[flag]
+        return ("%s holds %s: %s; expected: the container's own %s namespace (the collection shares only the node's "
+                "network and IPC namespaces, which the ranks need). Remove it." % (name, found, effect, namespace))
+    if flag == "--security-opt" and value is not None:
+        key, separator, setting = value.partition("=")
+        if not separator:
+            key, separator, setting = value.partition(":")
+        effect = _UNCONFINED.get((key.strip().lower(), setting.strip().lower()))
+        if effect:
+            return ("%s holds %s: %s; expected: Docker's default confinement (vLLM needs none of it lifted). "
+                    "Remove it." % (name, found, effect))
+        return None
+    if flag == "--cap-add" and _is_all_capability(value):
+        return _all_capabilities_refusal(name, found, True)
+    if flag == "--device" and value is not None and not _device_allowed(value, allowed):
+        return _device_refusal(name, found, allowed)
+    if flag == "--device-cgroup-rule":
+        return ("%s holds %s: it lets the container open devices of the node by number, around "
+                "engine_service_container_allowed_devices; expected: devices named in "
+                "engine_service_container_devices. Remove it." % (name, found))
+    if flag in _CONTAINER_FIXED_FLAGS:
+        return ("%s holds %s, which the collection sets itself (%s); expected: no %s here. Remove it."
+                % (name, found, _CONTAINER_FIXED_FLAGS[flag], flag))
+    if flag in _CONTAINER_OWNED_FLAGS:
+        owner = _CONTAINER_OWNED_FLAGS[flag]
+        return ("%s holds %s, which the collection renders from %s; expected: no %s here. Set %s instead."
+                % (name, found, owner, flag, owner))
+    return None
+
+
+def _container_extra_args_problems(extra, allowed):
+    """Problems with extra docker run options: --flag=value, --flag value and -fVALUE forms alike."""
+    name = _variable("container_extra_args")
+    if extra is None:
+        return []
+    if not isinstance(extra, list):
+        return ["%s must be a list of strings, one argument per item, not %s" % (name, _kind(extra))]
+    problems = []
+    position = 0
+    while position < len(extra):
+        argument = extra[position]
+        where = position
+        position += 1
+        if not isinstance(argument, str):
+            problems.append("%s[%d] %r is not a string; quote it in YAML" % (name, where, argument))
+            continue
+        text = argument.strip()
+        if not text.startswith("-") or text == "-":
+            continue
+        head = text.split("=", 1)[0]
+        if text != argument or any(char.isspace() for char in head):
+            problems.append(
+                "%s[%d] %r holds a space: docker reads the item as one unknown argument; expected: the flag and its "
+                "value as two items, or --flag=value. Split it." % (name, where, argument)
+            )
+        if any(char.isspace() for char in head):
+            words = text.split(None, 1)
+            flag, value = words[0], words[1].strip() if len(words) > 1 else None
+        elif text.startswith("--"):
+            flag = head
+            value = text[len(head) + 1:] if "=" in text else None
+        else:
+            flag, rest = text[:2], text[2:]
+            value = (rest.removeprefix("=")) or None
+        found = text
+        if value is None and flag in _VALUE_FLAGS and position < len(extra) and isinstance(extra[position], str):
+            value = extra[position]
+            found = "%s %s" % (text, value)
+            position += 1
+        refusal = _docker_option_refusal(name, flag, value, found, allowed)
+        if refusal:
+            problems.append(refusal)
+    return problems
+
+
+def _device_problems(devices, allowed):
+    name = _variable("container_devices")
+    if devices is None:
+        return []
+    if not isinstance(devices, list):
+        return ["%s must be a list of device paths of the node, one per item, not %s" % (name, _kind(devices))]
+    problems = []
+    for position, device in enumerate(devices):
+        if not isinstance(device, str) or not device.strip():
+            problems.append("%s[%d] %r is not a device path; give /dev/... as a string" % (name, position, device))
+        elif not _device_allowed(device, allowed):
+            problems.append(_device_refusal(name, device, allowed))
+    return problems
+
+
+def _capability_problems(capabilities):
+    name = _variable("container_capabilities")
+    if capabilities is None:
+        return []
+    if not isinstance(capabilities, list):
+        return ["%s must be a list of capability names (IPC_LOCK), not %s" % (name, _kind(capabilities))]
+    problems = []
+    for position, capability in enumerate(capabilities):
+        if _is_all_capability(capability):
+            problems.append(_all_capabilities_refusal(name, capability, False))
+        elif not isinstance(capability, str) or not _CAPABILITY.match(capability):
+            problems.append("%s[%d] %r is not a capability name (IPC_LOCK, SYS_NICE)" % (name, position, capability))
+    return problems
+
+
+def _ulimit_problems(ulimits):
+    name = _variable("container_ulimits")
+    if ulimits is None:
+        return []
+    if not isinstance(ulimits, dict):
+        return ['%s must map a limit name to soft:hard (memlock: "-1:-1"), not %s' % (name, _kind(ulimits))]
+    problems = []
+    for limit in sorted(ulimits, key=str):
+        value = ulimits[limit]
+        if not isinstance(limit, str) or not _ULIMIT_NAME.match(limit):
+            problems.append("%s name %r is not a limit name (memlock, stack, nofile)" % (name, limit))
+        elif isinstance(value, bool) or not (_is_int(value) or (isinstance(value, str) and _ULIMIT_VALUE.match(value))):
+            problems.append("%s %s %r is not soft:hard or one number (-1 for unlimited)" % (name, limit, value))
+    return problems
+
+
+def _scalar_option_problems(settings):
+    problems = []
+    gpus = settings.get("container_gpus")
+    if gpus not in (None, "") and (isinstance(gpus, bool) or not (
+            _is_positive_int(gpus) or (isinstance(gpus, str) and gpus.strip() and not any(c.isspace() for c in gpus)))):
+        problems.append("%s %r is not a GPU request (all, a count, device=...) or empty" % (_variable("container_gpus"), gpus))
+    size = settings.get("container_shm_size")
+    if size not in (None, "") and (isinstance(size, bool) or not (
+            _is_positive_int(size) or (isinstance(size, str) and _SIZE.match(size)))):
+        problems.append("%s %r is not a size (64m, 8g) or empty" % (_variable("container_shm_size"), size))
+    return problems
+
+
+def _mount_problems(mounts):
+    name = _variable("extra_mounts")
+    if mounts is None:
+        return []
+    if not isinstance(mounts, list):
+        return ["%s must be a list of {src, dest, readonly} mappings, not %s" % (name, _kind(mounts))]
+    problems = []
+    for position, mount in enumerate(mounts):
+        where = "%s[%d]" % (name, position)
+        if not isinstance(mount, dict):
+            problems.append("%s is not a mapping of src, dest and readonly" % where)
+            continue
+        unknown = sorted(str(key) for key in mount if key not in _MOUNT_KEYS)
+        if unknown:
+            problems.append("%s has %s, which a mount does not take; give src, dest and readonly"
+                            % (where, ", ".join(unknown)))
+        for label in ("src", "dest"):
+            path = mount.get(label)
+            if not isinstance(path, str) or not posixpath.isabs(path) or "," in path:
+                problems.append("%s %s %r is not an absolute path without commas" % (where, label, path))
+            elif label == "src" and posixpath.normpath(path).replace("//", "/") in _ROOT_EQUIVALENT_SOURCES:
+                problems.append(
+                    "%s holds src %s: it gives the container %s; expected: directories the engine reads. Remove it."
+                    % (where, path, _ROOT_EQUIVALENT_SOURCES[posixpath.normpath(path).replace("//", "/")])
+                )
+        readonly = mount.get("readonly", True)
+        if not isinstance(readonly, bool):
+            problems.append("%s readonly %r is not true or false" % (where, readonly))
+    return problems
+
+
+def engine_container_problems(settings):
+    """Return readable problems with one host's container and environment settings, empty when sound.
+
+    O(settings) holds the CONTAINER_SETTINGS of one host, without the
+    C(engine_service_) prefix (C(nccl_extra_env) is
+    C(roce_fabric_nccl_extra_env)); a setting left out or C(None) is not
+    checked. Refused: C(--privileged); the node's PID, UTS, user or cgroup
+    namespace; C(--security-opt) seccomp, AppArmor or systempaths
+    C(unconfined) and C(label=disable); the capability C(ALL); a device
+    outside C(container_allowed_devices) and C(--device-cgroup-rule); an
+    extra option the collection renders itself; mounts of C(/), C(/run) or
+    the Docker or containerd socket; environment variables the collection sets, secrets in
+    plain environment, names and values an env file cannot carry; and every
+    setting of the wrong type. Both C(--flag=value) and C(--flag value) are
+    read. Messages name the variable, what was found, what is expected and
+    the fix; they never show an environment value.
+    """
+    if not isinstance(settings, dict):
+        raise EngineConfigError("the container settings must be a mapping")
+    allowed, problems = _allowed_devices(settings)
+    problems.extend(_scalar_option_problems(settings))
+    problems.extend(_device_problems(settings.get("container_devices"), allowed))
+    problems.extend(_capability_problems(settings.get("container_capabilities")))
+    problems.extend(_ulimit_problems(settings.get("container_ulimits")))
+    problems.extend(_container_extra_args_problems(settings.get("container_extra_args"), allowed))
+    problems.extend(_mount_problems(settings.get("extra_mounts")))
+    problems.extend(_env_problems(settings.get("env"), _variable("env")))
+    problems.extend(_env_problems(settings.get("nccl_extra_env"), _variable("nccl_extra_env")))
+    problems.extend(_both_env_problems(settings.get("env"), settings.get("nccl_extra_env")))
+    return problems
+
+
+def _hosts_container_problems(hosts, settings):
+    """Every host's container problems, each named once after the hosts that have it."""
+    if not hosts:
+        return engine_container_problems(settings)
+    shared = None
+    holders = {}
+    for host in sorted(hosts):
+        found = hosts[host].get("container_problems")
+        if found is None:
+            if shared is None:
+                shared = engine_container_problems(settings)
+            found = shared
+        elif not isinstance(found, list) or not all(isinstance(problem, str) for problem in found):
+            raise EngineConfigError("engine host %s needs container_problems as a list of sentences" % host)
+        for problem in found:
+            holders.setdefault(problem, []).append(host)
+    return ["%s: %s" % (_hosts_phrase(names), problem) for problem, names in holders.items()]
