@@ -181,6 +181,9 @@ def stream_completion(url, model, key, prompt, max_tokens, timeout, ignore_eos=T
     try:
         conn, base = _connection(url, timeout)
         conn.request("POST", base + "/v1/completions", body=json.dumps(body), headers=headers)
+        # Kept before getresponse(): a response that closes the connection
+        # takes the socket from the connection object.
+        sock = conn.sock
         response = conn.getresponse()
         if response.status != 200:
             record["error"] = "HTTP %s: %s" % (response.status, response.read(300).decode("utf-8", "replace"))
@@ -189,7 +192,7 @@ def stream_completion(url, model, key, prompt, max_tokens, timeout, ignore_eos=T
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise socket.timeout()
-            conn.sock.settimeout(remaining)
+            sock.settimeout(remaining)
             line = response.readline()
             if not line:
                 break
