@@ -36,7 +36,6 @@ import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -48,16 +47,20 @@ EXIT_FAILURE = 2
 # A fixed vocabulary: prompts are deterministic for a seed, so two runs of
 # the same profile send the same text.
 WORDS = (
-    "the of and to in is was for on that with as by at from his her it an were are which this be "
-    "or have had one not but all they their been has there who more when will would no out so up "
-    "said what about into than them can only other new some could time these two may then do first "
-    "any my now such like our over man me even most made after also did many before must through "
-    "back years where much your way well down should because each just those people how too little "
-    "state good very make world still own see men work long get here between both life being under "
-    "never day same another know while last might us great old year off come since against go came "
-    "right used take three river mountain garden letter window morning evening harbour lantern "
-    "copper meadow signal engine valley winter summer orchard bridge station market needle thread"
-).split()
+    "the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his",
+    "her", "it", "an", "were", "are", "which", "this", "be", "or", "have", "had", "one", "not", "but", "all",
+    "they", "their", "been", "has", "there", "who", "more", "when", "will", "would", "no", "out", "so", "up",
+    "said", "what", "about", "into", "than", "them", "can", "only", "other", "new", "some", "could", "time",
+    "these", "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our", "over", "man",
+    "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back",
+    "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those",
+    "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men",
+    "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same",
+    "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since",
+    "against", "go", "came", "right", "used", "take", "three", "river", "mountain", "garden", "letter",
+    "window", "morning", "evening", "harbour", "lantern", "copper", "meadow", "signal", "engine", "valley",
+    "winter", "summer", "orchard", "bridge", "station", "market", "needle", "thread",
+)
 
 PORT_COUNTERS = ("symbol_error", "link_downed", "port_rcv_errors", "port_xmit_discards",
                  "port_rcv_remote_physical_errors")
@@ -191,7 +194,7 @@ def stream_completion(url, model, key, prompt, max_tokens, timeout, ignore_eos=T
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise socket.timeout()
+                raise TimeoutError()
             sock.settimeout(remaining)
             line = response.readline()
             if not line:
@@ -216,7 +219,7 @@ def stream_completion(url, model, key, prompt, max_tokens, timeout, ignore_eos=T
                 record["prompt_tokens"] = usage.get("prompt_tokens")
                 record["completion_tokens"] = usage.get("completion_tokens") or 0
         if time.monotonic() > deadline:
-            raise socket.timeout()
+            raise TimeoutError()
         record["latency"] = time.monotonic() - start
         if not record["completion_tokens"]:
             record["completion_tokens"] = chunks
@@ -224,7 +227,7 @@ def stream_completion(url, model, key, prompt, max_tokens, timeout, ignore_eos=T
         record["ok"] = record["ttft"] is not None
         if not record["ok"]:
             record["error"] = "no token streamed"
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         record["error"] = "timeout after %gs" % timeout
     except (OSError, http.client.HTTPException, ValueError) as exc:
         record["error"] = "%s: %s" % (type(exc).__name__, exc)

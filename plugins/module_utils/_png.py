@@ -127,7 +127,7 @@ def line_plot(series, title, x_label, y_label, width=720, height=440):
     for index, (label, data, dashed) in enumerate(series):
         color = COLORS[index % len(COLORS)]
         drawn = [at(x, y) for x, y in sorted(data) if y is not None]
-        for (x0, y0), (x1, y1) in zip(drawn, drawn[1:]):
+        for (x0, y0), (x1, y1) in zip(drawn, drawn[1:]):  # noqa: RUF007 - itertools.pairwise is Python 3.10+, module_utils runs on 3.8
             canvas.line(x0, y0, x1, y1, color, width=2, dash=6 if dashed else 0)
         for x, y in drawn:
             canvas.rect(x - 3, y - 3, x + 3, y + 3, color)

@@ -35,7 +35,7 @@ def bumped(text, name, labels_pattern, increase):
     """text with the sample(s) of name whose labels match labels_pattern raised by increase."""
     def bump(match):
         return "%s %s" % (match.group(1), float(match.group(2)) + increase)
-    return re.sub(r"^(%s\{[^}]*%s[^}]*\}) (\S+)$" % (re.escape(name), labels_pattern), bump, text, flags=re.M)
+    return re.sub(r"^(%s\{[^}]*%s[^}]*\}) (\S+)$" % (re.escape(name), labels_pattern), bump, text, flags=re.MULTILINE)
 
 
 def test_percentile_interpolates_like_numpy():

@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -21,8 +22,8 @@ class Engine(BaseHTTPRequestHandler):
     """Tokens are words; each streamed token takes `delay` seconds."""
 
     delay = 0.0
-    seen = []
-    vocabulary = {}
+    seen: ClassVar[list] = []
+    vocabulary: ClassVar[dict] = {}
 
     def log_message(self, *args):
         pass
