@@ -121,6 +121,22 @@ def test_prefix_cache_hits_where_the_prompt_was_primed_and_nowhere_else(bench):
     assert "| shared | 4 | — | — | " in bench["markdown"]
 
 
+def test_power_and_nic_counters_sampled_on_every_node_during_the_run(bench):
+    raw = bench["raw"]
+    assert sorted(raw["samples"]) == ["spark1", "spark2", "spark3", "spark4"]
+    for host, text in raw["samples"].items():
+        samples = [json.loads(line) for line in text.splitlines()]
+        assert len(samples) >= 10, host
+        assert samples[0]["t"] <= raw["waves"][0]["started"] and samples[-1]["t"] >= raw["waves"][-1]["finished"]
+        assert all(s["power"] for s in samples), host
+        # The fabric HCA's error counters (the stand-in's sysfs tree), before and after every wave.
+        assert "roceP2p1s0f1/symbol_error" in samples[-1]["counters"], host
+    for wave in raw["summary"]["waves"]:
+        assert sorted(wave["power_by_host"]) == sorted(raw["samples"])
+        assert wave["power_watts"] == sum(entry["watts"] for entry in wave["power_by_host"].values())
+        assert wave["nic_errors"] == {}
+
+
 def test_quality_gate_passed_at_the_highest_concurrency(bench):
     quality = bench["raw"]["summary"]["quality"]
     assert len(quality) == 4 and all(v["ok"] for v in quality)
