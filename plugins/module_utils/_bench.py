@@ -390,6 +390,7 @@ def compare(first, second, force=False):
         raise BenchError("%s ran profile %r and %s profile %r: their numbers are not comparable "
                          "(--force compares them anyway)" % (name_a, first["config"]["profile"], name_b,
                                                              second["config"]["profile"]))
+
     def keyed(report):
         return {(w["kind"], w["label"], w["concurrency"]): w for w in report["summary"]["waves"] if w["kind"] != "quality"}
 
@@ -400,6 +401,7 @@ def compare(first, second, force=False):
 
         def cell(wave, field, fmt):
             return fmt(wave[field]) if wave else "—"
+
         change = None
         if a and b and a["aggregate_tps"] and b["aggregate_tps"] is not None:
             change = "%+.1f%%" % (100 * (b["aggregate_tps"] / a["aggregate_tps"] - 1))

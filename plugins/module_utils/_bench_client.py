@@ -134,7 +134,7 @@ def check(urls, model, key, timeout):
 
 def synthetic_text(seed, words):
     rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(words))
+    return " ".join(rng.choice(WORDS) for _word in range(words))
 
 
 def sized_prompt(url, model, key, seed, tokens, corpus=None):
@@ -144,7 +144,7 @@ def sized_prompt(url, model, key, seed, tokens, corpus=None):
     into text by /detokenize. The seed leads the text, so prompts of two seeds
     share no cached prefix."""
     words = tokens
-    for _ in range(4):
+    for _attempt in range(4):
         if corpus:
             start = random.Random(seed).randrange(max(1, len(corpus) - words))
             text = "[%s] %s" % (seed, " ".join(corpus[start:start + words]))
@@ -397,18 +397,18 @@ def main(argv=None):
         if args.command == "check":
             versions, problems = check(args.url, args.model, read_key(args.key_file), args.timeout)
             if problems:
-                print("; ".join(problems), file=sys.stderr)
+                sys.stderr.write("; ".join(problems) + "\n")
                 return EXIT_FAILURE
-            print(json.dumps({"versions": versions}))
+            sys.stdout.write(json.dumps({"versions": versions}) + "\n")
             return 0
         if args.command == "wave":
-            print(json.dumps(run_wave(json.loads(args.spec), read_key(args.key_file))))
+            sys.stdout.write(json.dumps(run_wave(json.loads(args.spec), read_key(args.key_file))) + "\n")
             return 0
         return sample(args)
     except (BenchError, OSError, http.client.HTTPException) as exc:
-        print("bench %s: %s" % (args.command, exc), file=sys.stderr)
+        sys.stderr.write("bench %s: %s\n" % (args.command, exc))
         return EXIT_FAILURE
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main())  # pylint: disable=ansible-bad-function

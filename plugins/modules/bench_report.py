@@ -15,7 +15,7 @@ description:
     C(module_utils/_bench.py), and writes C(<name>.json) (the raw run and the computed summary),
     C(<name>.md) (tables shaped like the field report's) and C(<name>.png) (aggregate and per-request decode
     against concurrency) under O(dest).
-  - Run on the controller (C(hosts: localhost)).
+  - "Run on the controller (C(hosts: localhost))."
 author: Contributors to the dgxspark.cluster collection (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes

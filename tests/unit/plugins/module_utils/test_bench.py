@@ -194,10 +194,10 @@ def test_bench_compare_tool_writes_markdown_and_png(tmp_path):
     first.write_text(json.dumps(report("field")))
     second.write_text(json.dumps(report("community")))
     tool = str(REPO_ROOT / "tools" / "bench-compare")
-    refused = subprocess.run([sys.executable, tool, str(first), str(second), "--out", str(tmp_path / "c")],
+    refused = subprocess.run([tool, str(first), str(second), "--out", str(tmp_path / "c")],
                              capture_output=True, text=True, check=False)
     assert refused.returncode == 2 and "--force" in refused.stderr
-    forced = subprocess.run([sys.executable, tool, str(first), str(second), "--force", "--out", str(tmp_path / "c")],
+    forced = subprocess.run([tool, str(first), str(second), "--force", "--out", str(tmp_path / "c")],
                             capture_output=True, text=True, check=False)
     assert forced.returncode == 0, forced.stderr
     assert (tmp_path / "c.md").read_text().startswith("# Benchmark comparison")
