@@ -8,7 +8,6 @@ import json
 import re
 import struct
 import subprocess
-import sys
 import zlib
 
 import pytest
