@@ -1,0 +1,171 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""playbooks/bench.yml on the serving simulated cluster: one full run of the
+simulated field profile, one run with a too-short timeout and a wrong
+expected answer, one against a port nothing serves."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+
+import pytest
+
+from helpers import API_KEY, completion, deployed_record, engine_head, flat, group_vars, run_playbook
+
+
+def run_bench(report_dir, **extra):
+    start = time.monotonic()
+    result = run_playbook("bench.yml", extra_vars=dict(bench_report_dir=str(report_dir), **extra), timeout=300)
+    return result, time.monotonic() - start
+
+
+def report_files(report_dir):
+    found = {path.suffix: path for path in report_dir.iterdir()}
+    return found.get(".md"), found.get(".json"), found.get(".png")
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    report_dir = tmp_path_factory.mktemp("bench")
+    result, seconds = run_bench(report_dir)
+    assert result.returncode == 0, flat(result.stdout + result.stderr)[-3000:]
+    markdown, raw, png = report_files(report_dir)
+    return {"result": result, "seconds": seconds, "markdown": markdown.read_text(), "raw": json.loads(raw.read_text()),
+            "png": png.read_bytes(), "names": (markdown.name, raw.name, png.name)}
+
+
+def row(markdown, *cells):
+    """The cells of the table row that starts with cells."""
+    prefix = "| " + " | ".join(str(c) for c in cells) + " |"
+    for line in markdown.splitlines():
+        if line.startswith(prefix):
+            return [cell.strip() for cell in line.strip("|").split("|")]
+    raise AssertionError("no row %r in:\n%s" % (prefix, markdown))
+
+
+def test_bench_writes_markdown_json_and_png_named_by_time_and_layout(bench):
+    md_name, json_name, png_name = bench["names"]
+    assert re.fullmatch(r"\d{8}T\d{6}Z-tp4x1\.md", md_name)
+    assert json_name == md_name[:-3] + ".json" and png_name == md_name[:-3] + ".png"
+    assert bench["png"].startswith(b"\x89PNG\r\n\x1a\n") and len(bench["png"]) > 1000
+    # Well under a minute for the whole run on two cores.
+    assert bench["seconds"] < 60, bench["seconds"]
+
+
+def test_report_records_what_makes_numbers_comparable(bench):
+    raw, markdown = bench["raw"], bench["markdown"]
+    head, url = engine_head()
+    record = deployed_record(head)
+    meta = raw["meta"]
+    assert (meta["layout"], meta["tensor_parallel"], meta["replicas"], meta["bench_host"]) == ("tp4x1", 4, 1, head)
+    assert meta["engine_argv"] == record["vllm_argv"] and meta["deployed_version"] == record["version"]
+    assert meta["image_id"] == record["image_id"] and meta["image_ref"] == record["image_ref"]
+    assert meta["engine_versions"] == {url: "0.32.0+dgxspark.patched"}
+    assert meta["model_revision"] == group_vars()["model_weights_hf_revision"]
+    for needle in ("| Layout | tp4x1 |", "| Profile | field |", "| Engine version (/version) | 0.32.0+dgxspark.patched |",
+                   "| Image ID | %s |" % record["image_id"], " ".join(record["vllm_argv"]),
+                   "Speculative decoding: not measured: no speculative decoding.", "| Prompt source | synthetic"):
+        assert needle in markdown
+    # The API key reached the node in a file, never the playbook's output or the report.
+    assert API_KEY not in bench["result"].stdout and API_KEY not in json.dumps(raw)
+
+
+def test_progress_line_per_wave_as_it_finishes(bench):
+    labels = re.findall(r"([a-z]+(?: \d+)? C=\d+): \d+/\d+ ok, TTFT p50 ", flat(bench["result"].stdout))
+    assert labels == ["ctx 96 C=1", "ctx 224 C=1", "cold C=1", "cold C=2", "cold C=4", "shared C=1", "shared C=2",
+                      "shared C=4", "quality C=4"]
+
+
+def test_tables_recomputed_from_the_raw_json(bench):
+    raw, markdown = bench["raw"], bench["markdown"]
+    waves = {(w["kind"], w["concurrency"]): w for w in raw["waves"] if w["kind"] in ("cold", "shared")}
+    assert sorted(waves) == [(k, c) for k in ("cold", "shared") for c in (1, 2, 4)]
+    for (kind, concurrency), wave in waves.items():
+        good = [r for r in wave["requests"] if r["ok"]]
+        assert len(good) == concurrency == len(wave["requests"])
+        ttft = statistics.median(r["ttft"] for r in good)
+        decode = statistics.median((r["completion_tokens"] - 1) / r["decode_seconds"] for r in good)
+        aggregate = sum(r["completion_tokens"] for r in good) / (wave["finished"] - wave["started"])
+        assert all(r["completion_tokens"] == 16 for r in good), "ignore_eos and max_tokens fix the output length"
+        title = "Cold unique-prompt waves" if kind == "cold" else "Shared-prefix KV cache-hit waves"
+        section = markdown.split("## " + title, 1)[1].split("## ", 1)[0]
+        cells = row(section, concurrency)
+        assert cells[1] == "%d/%d" % (concurrency, concurrency)
+        assert cells[2].startswith("%.3fs / " % ttft)
+        assert cells[3] == "%.2f tok/s" % decode
+        assert cells[4] == "%.2f" % aggregate
+        # Power: the nvidia-smi stand-in's power.draw of four nodes, summed.
+        assert cells[6].endswith(" W") and float(cells[6][:-2]) > 0
+    for context in (96, 224):
+        wave = next(w for w in raw["waves"] if w["kind"] == "context" and w["prompt_tokens_target"] == context)
+        cold = [r for r in wave["requests"] if r["phase"] == "cold"]
+        assert len(cold) == 2 and all(r["prompt_tokens"] == context for r in cold)
+        cells = row(markdown, "ctx %d" % context, "Cold prime")
+        assert cells[3] == "%.3fs" % statistics.median(r["ttft"] for r in cold)
+
+
+def test_prefix_cache_hits_where_the_prompt_was_primed_and_nowhere_else(bench):
+    """The engine's own counters prove which requests hit the cache (vLLM's
+    CPU engine caches whole blocks of 128 tokens)."""
+    summary = {(w["label"], w["concurrency"]): w for w in bench["raw"]["summary"]["waves"]}
+    for concurrency in (1, 2, 4):
+        assert summary[("cold", concurrency)]["metrics"]["prefix_cache_hits"] == 0
+        # Every request of a shared wave finds its 128-token block cached.
+        assert summary[("shared", concurrency)]["metrics"]["prefix_cache_hits"] >= 128 * concurrency
+    # At the longest context each of the two cache-hit requests reuses the block its cold prime left.
+    assert summary[("ctx 224", 1)]["metrics"]["prefix_cache_hits"] >= 2 * 128
+    assert summary[("ctx 96", 1)]["metrics"]["prefix_cache_hits"] == 0
+    assert "| shared | 4 | — | — | " in bench["markdown"]
+
+
+def test_power_and_nic_counters_sampled_on_every_node_during_the_run(bench):
+    raw = bench["raw"]
+    assert sorted(raw["samples"]) == ["spark1", "spark2", "spark3", "spark4"]
+    for host, text in raw["samples"].items():
+        samples = [json.loads(line) for line in text.splitlines()]
+        assert len(samples) >= 10, host
+        assert samples[0]["t"] <= raw["waves"][0]["started"] and samples[-1]["t"] >= raw["waves"][-1]["finished"]
+        assert all(s["power"] for s in samples), host
+        # The fabric HCA's error counters (the stand-in's sysfs tree), before and after every wave.
+        assert "roceP2p1s0f1/symbol_error" in samples[-1]["counters"], host
+    for wave in raw["summary"]["waves"]:
+        assert sorted(wave["power_by_host"]) == sorted(raw["samples"])
+        assert wave["power_watts"] == sum(entry["watts"] for entry in wave["power_by_host"].values())
+        assert wave["nic_errors"] == {}
+
+
+def test_quality_gate_passed_at_the_highest_concurrency(bench):
+    quality = bench["raw"]["summary"]["quality"]
+    assert len(quality) == 4 and all(v["ok"] for v in quality)
+    assert "Quality gate passed" in bench["result"].stdout
+
+
+def test_short_timeout_wave_fails_requests_finishes_and_a_wrong_answer_fails_the_gate(tmp_path):
+    result, _seconds = run_bench(tmp_path, bench_field_contexts=[], bench_field_waves=["cold"],
+                                 bench_field_concurrency=[2], bench_request_timeout=0.05,
+                                 bench_quality_pairs=[{"prompt": "2 + 2 =", "expect": "^4$"}])
+    output = flat(result.stdout)
+    assert result.returncode != 0
+    assert "cold C=2: 0/2 ok" in output and "timeout after 0.05s" in output
+    assert "The quality gate failed: 2 of 2 answers wrong" in output
+    markdown, raw, _png = report_files(tmp_path)
+    text = markdown.read_text()
+    assert row(text, 2)[1] == "0/2"
+    assert "| 2 + 2 = | `^4$` |" in text and "WRONG" in text
+    waves = json.loads(raw.read_text())["waves"]
+    assert [r["error"] for r in waves[0]["requests"]] == ["timeout after 0.05s"] * 2
+    # The engine is not hurt by the abandoned requests.
+    assert completion()[0] == 200
+
+
+def test_a_cluster_that_does_not_serve_fails_at_once(tmp_path):
+    result, seconds = run_bench(tmp_path, bench_api_port=8001)
+    output = flat(result.stdout)
+    assert result.returncode != 0
+    assert "the cluster does not serve tiny at http://192.168.100.11:8001" in output
+    assert "Connection refused" in output and "Nothing was measured" in output
+    assert "Wave " not in output and not list(tmp_path.iterdir())
+    assert seconds < 30
