@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._balancer import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._balancer import (
     BalancerError,
     balancer_config_problems,
     balancer_nginx_config,

@@ -1,10 +1,13 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""restart.yml on the serving cluster: an upgrade with a short serving gap,
-a version that never serves because a worker cannot start (every rank
-stopped, every journal collected, the previous version back), and a
-node rebooted while serving. The tests run in order and end with site.yml
-bringing the cluster back to the inventory's version."""
+"""restart.yml on the serving cluster: an upgrade with a short serving gap
+(after a first attempt whose controller was killed mid-switch), a version
+that never serves because a worker cannot start (every rank stopped, every
+journal collected, the previous version back), and a node rebooted while
+serving (site.yml's controller killed once during the coordinated start that
+restores it). The tests run in order and end with site.yml bringing the
+cluster back to the inventory's version. The fault tests record requests sent
+and failed in reports/faults/faults.json."""
 
 from __future__ import annotations
 
@@ -21,8 +24,10 @@ from helpers import (
     flat,
     inventory_hosts,
     node_state,
+    one_version_everywhere,
     record_fault,
     run_playbook,
+    run_until_killed,
     sim_node_boot,
     unit_state,
 )
@@ -56,12 +61,26 @@ def test_restart_of_an_unchanged_version_restarts_nothing_and_says_how_to_force_
     assert "-e engine_service_restart=true" in flat(result.stdout)
 
 
-def test_upgrade_to_a_new_image_serves_until_the_switch_and_after_it():
+def test_upgrade_to_a_new_image_serves_until_the_switch_and_after_it_even_when_the_controller_dies_mid_switch():
+    """An upgrade whose controller is killed (SIGKILL of ansible-playbook and its workers) as the
+    first rank's units switch: the old version keeps serving everywhere, and a re-run of the same
+    restart.yml restarts every rank, including those whose units had switched, onto the new
+    version together; no rank is left on a mixed version."""
+    began = time.monotonic()
     old = {host: deployed_record(host) for host in HOSTS}
     with ServingMonitor() as monitor:
+        run_until_killed("restart.yml", r"Switch the units to version \w+\] \*+\s+changed: \[spark\d\]", V2)
+        switched = [host for host in HOSTS if deployed_record(host)["version"] != old[host]["version"]]
+        assert switched, "the controller was killed before any rank switched"
+        # The kill left the old version running on every rank.
+        assert image_ids() == {host: old[host]["image_id"] for host in HOSTS}
+        killed_at = time.monotonic()
         result = run_playbook("restart.yml", extra_vars=V2)
         time.sleep(2)
     assert result.returncode == 0, flat(result.stdout)[-3000:]
+    assert sum(1 for started, ok in monitor.samples if started < killed_at and not ok) == 0
+    one_version_everywhere()
+    record_fault("controller killed during the unit switch of restart.yml", monitor, began)
     new = {host: deployed_record(host) for host in HOSTS}
     assert len({record["image_id"] for record in new.values()}) == 1
     assert all(new[h]["image_id"] != old[h]["image_id"] and new[h]["version"] != old[h]["version"] for h in HOSTS)
@@ -127,7 +146,7 @@ def test_a_version_whose_worker_cannot_start_is_rolled_back_with_every_rank_stop
                    for host in ("spark1", "spark2", "spark4"))
 
 
-def test_a_rebooted_node_is_named_does_not_come_back_half_alive_and_site_yml_restores_serving():
+def test_a_rebooted_node_is_named_does_not_come_back_half_alive_and_site_yml_restores_serving_after_a_kill():
     """A node rebooted while serving (its container restarted): its rank dies with it and is not
     started at boot, the ranks that lost their peer are stopped by their watchdogs, status.yml
     names the node, and site.yml brings the inventory's version back, coordinated."""
@@ -147,11 +166,14 @@ def test_a_rebooted_node_is_named_does_not_come_back_half_alive_and_site_yml_res
         watchdogs = {host: node_state(host, "journalctl -u dgxspark-engine-watchdog.service --no-pager -o cat | tail -n 5")
                      for host in ("spark2", "spark4")}
         assert all("half-alive" in text for text in watchdogs.values()), watchdogs
-        # site.yml sees ranks down and starts the inventory's version, coordinated.
+        # site.yml sees ranks down and starts the inventory's version, coordinated. Its controller
+        # is killed once as the head is about to start (the workers already started on the
+        # inventory's version): a re-run of site.yml converges to one version on every rank.
+        run_until_killed("site.yml", r"TASK \[[^\]]*Engine \| Start the head rank\]")
         result = run_playbook("site.yml")
         assert result.returncode == 0, flat(result.stdout)[-3000:]
-        assert [unit_state(host) for host in HOSTS] == ["active"] * 4
+        one_version_everywhere()
         assert node_state("spark1", "docker exec dgxspark-engine cat /etc/dgxspark-sim-engine-version").strip() == "v1"
         assert completion()[0] == 200
     assert run_playbook("status.yml").returncode == 0
-    record_fault("node rebooted while serving", monitor, began)
+    record_fault("node rebooted while serving, site.yml killed during the coordinated start", monitor, began)

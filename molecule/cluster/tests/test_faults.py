@@ -2,26 +2,19 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Faults operators meet, on the serving cluster, with completions sent all the
 time (ServingMonitor): a node unreachable when a run starts, a fabric link down
-and a full disk during restart.yml's phase 1, the controller killed during the
-unit switch and during the coordinated start. (A node rebooted while serving is
+and a full disk during restart.yml's phase 1. (A node rebooted while serving is
 in test_engine_restart.py, where it takes the place of a killed rank.) Each test
 records requests sent and failed and its duration (reports/faults/faults.json)
 and leaves the cluster serving the inventory's version."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
-import subprocess
 import time
 
 import pytest
 
 from helpers import (
-    INVENTORY,
-    ROOT,
     ServingMonitor,
     completion,
     deployed_record,
@@ -32,7 +25,6 @@ from helpers import (
     node_state,
     record_fault,
     run_playbook,
-    unit_state,
 )
 
 testinfra_hosts = ["local://"]
@@ -63,48 +55,6 @@ def wait_for(predicate, timeout, step=1):
 
 def serves():
     return completion(timeout=10)[0] == 200
-
-
-def one_version_everywhere():
-    """Every rank runs the image its deployed version names, and all ranks the same: no mixed cluster."""
-    records = {host: deployed_record(host) for host in HOSTS}
-    running = {host: engine_container(host, "{{.Image}}") for host in HOSTS}
-    assert len({r["version"] for r in records.values()}) >= 1
-    assert len({r["image_id"] for r in records.values()}) == 1, records
-    assert running == {host: records[host]["image_id"] for host in HOSTS}, (running, records)
-    assert [unit_state(host) for host in HOSTS] == ["active"] * len(HOSTS)
-    return records
-
-
-def run_until_killed(playbook, pattern, extra_vars=None, timeout=600):
-    """Start a playbook and SIGKILL the controller (its whole process group: the main
-    process and the workers it forked) as soon as a line of its output matches
-    O(pattern). Returns the output up to the kill."""
-    cmd = ["ansible-playbook", "-i", str(INVENTORY), str(ROOT / "playbooks" / playbook)]
-    if extra_vars:
-        cmd += ["-e", json.dumps(extra_vars)]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
-               PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    lines = []
-    deadline = time.monotonic() + timeout
-    killed = False
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if re.search(pattern, "".join(lines[-40:])):
-                os.killpg(proc.pid, signal.SIGKILL)
-                killed = True
-                break
-            if time.monotonic() > deadline:
-                break
-    finally:
-        if not killed:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert killed, "the playbook never reached %r:\n%s" % (pattern, "".join(lines)[-3000:])
-    return "".join(lines)
 
 
 @pytest.fixture
@@ -212,25 +162,3 @@ def test_a_full_disk_while_the_new_image_spreads_is_refused_before_the_stop(serv
     assert {host: deployed_record(host)["version"] for host in HOSTS} == versions
     entry = record_fault("disk full while the new image spreads", monitor, began)
     assert entry["failed"] == 0 and entry["sent"] > 0
-
-
-def test_the_controller_killed_during_the_switch_and_the_start_leaves_no_mixed_cluster(serving_cluster):
-    began = time.monotonic()
-    v1 = one_version_everywhere()
-    with ServingMonitor() as monitor:
-        # Killed as the first rank switched its units (the old version still runs everywhere).
-        run_until_killed("restart.yml", r"Switch the units to version \w+\] \*+\s+changed: \[spark\d\]", V2)
-        # The re-run restarts every rank that does not run its switched version.
-        result = run_playbook("restart.yml", extra_vars=V2)
-        assert result.returncode == 0, flat(result.stdout)[-3000:]
-        v2 = one_version_everywhere()
-        assert v2["spark1"]["image_id"] != v1["spark1"]["image_id"]
-        assert serves()
-        # Killed as the head was about to start, its workers already started on the inventory's version.
-        run_until_killed("restart.yml", r"TASK \[[^\]]*Engine \| Start the head rank\]")
-        result = run_playbook("restart.yml")
-        assert result.returncode == 0, flat(result.stdout)[-3000:]
-        after = one_version_everywhere()
-        assert after["spark1"]["image_id"] == v1["spark1"]["image_id"]
-        assert serves()
-    record_fault("controller killed during the unit switch and the coordinated start", monitor, began)

@@ -9,7 +9,9 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import yaml
@@ -164,8 +166,6 @@ class ServingMonitor:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
-        import time
-
         while not self._stop.is_set():
             started = time.monotonic()
             status, _text = completion(timeout=10)
@@ -195,8 +195,6 @@ FAULT_REPORT = ROOT / "reports" / "faults" / "faults.json"
 def record_fault(fault, monitor, began):
     """Requests sent and failed while a fault test ran (a ServingMonitor's samples) and
     the test's duration, kept in reports/faults/faults.json for the README's fault table."""
-    import time
-
     sent = len(monitor.samples)
     failed = sum(1 for _started, ok in monitor.samples if not ok)
     entry = {"sent": sent, "failed": failed, "seconds": round(time.monotonic() - began, 1)}
@@ -214,8 +212,6 @@ def sim_node_boot(host, timeout=60):
     port names across boots (prepare.yml renames the port once). Renames the interface
     holding the node's fabric address to the port2 netdev, restarts the RDMA sysfs stand-in
     and networkd (which applies the fabric file the role wrote), and waits for SSH."""
-    import time
-
     netdev = group_vars()["roce_fabric_netdev"]
     address = yaml.safe_load(INVENTORY.read_text())["dgxspark_cluster"]["hosts"][host]["ansible_host"]
     subprocess.run(
@@ -228,3 +224,46 @@ def sim_node_boot(host, timeout=60):
     while subprocess.run(["ssh-keyscan", "-T", "2", address], capture_output=True, check=False).returncode != 0:
         assert time.monotonic() < deadline, "%s: no SSH %d s after its boot" % (host, timeout)
         time.sleep(1)
+
+
+def one_version_everywhere(hosts=None):
+    """Every rank runs the image its deployed version names, and all ranks the same: no mixed cluster."""
+    hosts = sorted(hosts or inventory_hosts())
+    records = {host: deployed_record(host) for host in hosts}
+    running = {host: engine_container(host, "{{.Image}}") for host in hosts}
+    assert len({r["version"] for r in records.values()}) >= 1
+    assert len({r["image_id"] for r in records.values()}) == 1, records
+    assert running == {host: records[host]["image_id"] for host in hosts}, (running, records)
+    assert [unit_state(host) for host in hosts] == ["active"] * len(hosts)
+    return records
+
+
+def run_until_killed(playbook, pattern, extra_vars=None, timeout=600):
+    """Start a playbook and SIGKILL the controller (its whole process group: the main
+    process and the workers it forked) as soon as a line of its output matches
+    O(pattern). Returns the output up to the kill."""
+    cmd = ["ansible-playbook", "-i", str(INVENTORY), str(ROOT / "playbooks" / playbook)]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
+               PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines = []
+    deadline = time.monotonic() + timeout
+    killed = False
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if re.search(pattern, "".join(lines[-40:])):
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+                break
+            if time.monotonic() > deadline:
+                break
+    finally:
+        if not killed:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert killed, "the playbook never reached %r:\n%s" % (pattern, "".join(lines)[-3000:])
+    return "".join(lines)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_config import replica_layout
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_argv import replica_layout
 
 
 class BalancerError(Exception):
