@@ -14,9 +14,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from unit_support import REPO_ROOT
 
 CACHE = REPO_ROOT / ".cache" / "promtool"
+ROLE = REPO_ROOT / "roles" / "monitoring"
 MIRROR = REPO_ROOT / ".cache" / "simulation" / "debian-mirror"
 
 
@@ -55,3 +58,19 @@ def promtool():
         shutil.copy2(unpacked / "usr" / "bin" / "promtool", target / "promtool.tmp")
         (target / "promtool.tmp").rename(target / "promtool")
     return target / "promtool"
+
+
+def role_defaults():
+    return yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+
+
+def rule_settings(**overrides):
+    """The settings the role's vars/main.yml builds, from its defaults."""
+    defaults = role_defaults()
+    keys = ("rate_window", "wedge_window", "wedge_for", "down_for", "metrics_stale_after", "nic_error_window",
+            "nic_error_for", "nic_error_counters", "nic_error_hw_counters", "kv_cache_threshold", "kv_cache_for",
+            "memory_available_ratio", "memory_for", "link_for")
+    settings = {key: defaults["monitoring_" + key] for key in keys}
+    settings["engine_unit"] = "dgxspark-engine.service"
+    settings.update(overrides)
+    return settings

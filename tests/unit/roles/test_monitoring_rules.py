@@ -11,27 +11,10 @@ import subprocess
 import pytest
 import yaml
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _monitoring
-from promtool_support import promtool
+from promtool_support import promtool, role_defaults, rule_settings
 from unit_support import REPO_ROOT
 
-ROLE = REPO_ROOT / "roles" / "monitoring"
 RULES_TEST = REPO_ROOT / "tests" / "unit" / "roles" / "monitoring" / "rules_test.yml"
-
-
-def role_defaults():
-    return yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-
-
-def rule_settings(**overrides):
-    """The settings the role's vars/main.yml builds, from its defaults."""
-    defaults = role_defaults()
-    keys = ("rate_window", "wedge_window", "wedge_for", "down_for", "metrics_stale_after", "nic_error_window",
-            "nic_error_for", "nic_error_counters", "nic_error_hw_counters", "kv_cache_threshold", "kv_cache_for",
-            "memory_available_ratio", "memory_for", "link_for")
-    settings = {key: defaults["monitoring_" + key] for key in keys}
-    settings["engine_unit"] = "dgxspark-engine.service"
-    settings.update(overrides)
-    return settings
 
 
 def config_settings(rules_file):
