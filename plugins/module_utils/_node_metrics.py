@@ -23,6 +23,7 @@ old one, so node-exporter never reads half a file.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import subprocess
@@ -88,9 +89,7 @@ def parse_number(text):
         value = float(text)
     except ValueError:
         return None
-    if value != value or value in (float("inf"), float("-inf")):
-        return None
-    return value
+    return value if math.isfinite(value) else None
 
 
 def parse_gpu_csv(text, fields):

@@ -21,6 +21,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+
 from helpers import ROOT, completion, flat, group_vars, inventory_hosts, run_playbook
 
 testinfra_hosts = ["local://"]
@@ -130,7 +131,7 @@ def test_a_stalled_engine_fires_the_wedge_alert_and_serves_again():
 
 
 def test_a_killed_rank_fires_the_rank_down_alert_and_site_yml_brings_it_back():
-    victim = sorted(HOSTS)[-1]
+    victim = max(HOSTS)
     docker_exec(victim, "docker kill dgxspark-engine")
     seconds = wait_for_alert("DgxsparkEngineRankDown", {"host": victim}, 60)
     record("DgxsparkEngineRankDown", seconds)

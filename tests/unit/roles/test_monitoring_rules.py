@@ -10,9 +10,11 @@ import subprocess
 
 import pytest
 import yaml
-from ansible_collections.dgxspark.cluster.plugins.module_utils import _monitoring
 from promtool_support import promtool, role_defaults, rule_settings
+
 from unit_support import REPO_ROOT
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils import _monitoring
 
 RULES_TEST = REPO_ROOT / "tests" / "unit" / "roles" / "monitoring" / "rules_test.yml"
 

@@ -10,8 +10,10 @@ import os
 import subprocess
 
 import pytest
-from ansible_collections.dgxspark.cluster.plugins.module_utils import _node_metrics as nm
+
 from unit_support import load_cx7_standin
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils import _node_metrics as nm
 
 GB10_LINE = "4.05, 36, 0, 2418, [N/A], [N/A], [N/A]\n"
 
@@ -123,7 +125,7 @@ def test_the_file_is_replaced_atomically_with_every_part(tmp_path):
     assert oct(out.stat().st_mode & 0o777) == "0o644"
     # Every sample line is NAME{labels} VALUE and every family has HELP and TYPE.
     for line in text.splitlines():
-        assert line.startswith("# HELP ") or line.startswith("# TYPE ") or len(line.rsplit(" ", 1)) == 2
+        assert line.startswith(("# HELP ", "# TYPE ")) or len(line.rsplit(" ", 1)) == 2
     assert text.count("# TYPE ") == len(metrics.names())
 
 
