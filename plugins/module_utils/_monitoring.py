@@ -269,8 +269,12 @@ def scrape_report(targets, alerts):
     each target's health and last scrape, then every firing alert."""
     lines = []
     active = (targets or {}).get("data", {}).get("activeTargets", [])
-    for target in sorted(active, key=lambda t: (t.get("labels", {}).get("job", ""),
-                                                 str(t.get("labels", {}).get("rank", "")))):
+
+    def order(target):
+        labels = target.get("labels", {})
+        return labels.get("job", ""), str(labels.get("rank", ""))
+
+    for target in sorted(active, key=order):
         labels = target.get("labels", {})
         lines.append("%s rank %s (%s, %s): %s, last scrape %s%s" % (
             labels.get("host", "?"), labels.get("rank", "?"), labels.get("job", "?"),

@@ -123,7 +123,7 @@ def query_gpus(nvidia_smi, run=subprocess.run, timeout=10):
             return [], "nvidia-smi did not run: %s" % exc
         if result.returncode == 0:
             try:
-                return [(index, values) for index, values in parse_gpu_csv(result.stdout, fields)], None
+                return parse_gpu_csv(result.stdout, fields), None
             except ValueError as exc:
                 return [], str(exc)
         unknown = _INVALID_FIELD_RE.search(result.stdout + result.stderr)
@@ -264,7 +264,7 @@ def collect(args, run=subprocess.run, clock=time.time):
 
 
 def argument_parser():
-    parser = argparse.ArgumentParser(prog="dgxspark-node-metrics", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="dgxspark-node-metrics", description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--output", required=True, help="the .prom file in node-exporter's textfile directory")
     parser.add_argument("--nvidia-smi", default="nvidia-smi", help="nvidia-smi to query; empty: no GPU metrics")
     parser.add_argument("--sysfs-root", default="/sys")
@@ -279,9 +279,9 @@ def main(argv=None):
     metrics, errors = collect(args)
     write_atomically(args.output, metrics.render())
     for error in errors:
-        print("dgxspark-node-metrics: %s" % error, file=sys.stderr)
+        print("dgxspark-node-metrics: %s" % error, file=sys.stderr)  # pylint: disable=ansible-bad-function
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main())  # pylint: disable=ansible-bad-function
