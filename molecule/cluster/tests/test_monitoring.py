@@ -96,6 +96,14 @@ def test_every_target_is_up_and_reports_its_metrics():
     assert set({r["metric"]["host"]: r["value"][1] for r in query("dgxspark_roce_port_rate_gbps")}.values()) == {"200"}
     assert query("dgxspark_gpu_memory_total_bytes") == []  # [N/A] on a GB10: never a number
     assert firing("DgxsparkFabricLinkDegraded") == []
+    # status.yml reports each rank's last scrape and the firing alerts, from Prometheus.
+    result = run_playbook("status.yml")
+    assert result.returncode == 0, flat(result.stdout)[-3000:]
+    for host in HOSTS:
+        assert re.search(r"%s rank \d \(node, http://[0-9.]+:9100/metrics\): up, last scrape 20" % host, result.stdout)
+    for host in heads:
+        assert re.search(r"%s rank 0 \(vllm, http://[0-9.]+:8000/metrics\): up, last scrape 20" % host, result.stdout)
+    assert "no alert is firing" in result.stdout
 
 
 def test_rising_nic_error_counters_fire_the_fabric_alert():
