@@ -1,0 +1,32 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+from ansible_collections.dgxspark.cluster.plugins.filter.node_software import plain
+from ansible_collections.dgxspark.cluster.plugins.module_utils._monitoring import (
+    MonitoringError,
+    prometheus_config,
+    prometheus_rules,
+    query_url,
+    scrape_report,
+)
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
+
+
+def _config(settings):
+    return prometheus_config(plain(settings))
+
+
+def _rules(settings):
+    return prometheus_rules(plain(settings))
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "monitoring_prometheus_config": as_filter(_config, MonitoringError),
+            "monitoring_prometheus_rules": as_filter(_rules, MonitoringError),
+            "monitoring_query_url": as_filter(query_url, MonitoringError),
+            "monitoring_scrape_report": as_filter(scrape_report, MonitoringError),
+        }

@@ -1,0 +1,76 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""promtool for the unit tests, taken without root from Debian's prometheus package.
+
+The package comes from the simulation's Debian mirror (.cache/simulation/debian-mirror,
+which tools/sim-assets builds) or, where that is not built yet, from ``apt-get download
+prometheus``; ``dpkg-deb -x`` unpacks it and promtool is kept under .cache/promtool/,
+keyed by the package's file name, so it is unpacked once."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from unit_support import REPO_ROOT
+
+CACHE = REPO_ROOT / ".cache" / "promtool"
+ROLE = REPO_ROOT / "roles" / "monitoring"
+MIRROR = REPO_ROOT / ".cache" / "simulation" / "debian-mirror"
+
+
+class PromtoolUnavailable(RuntimeError):
+    pass
+
+
+def _package(workdir):
+    debs = sorted(MIRROR.glob("prometheus_*.deb"))
+    if debs:
+        return debs[-1]
+    try:
+        subprocess.run(["apt-get", "download", "prometheus"], cwd=workdir, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise PromtoolUnavailable(
+            "promtool: no prometheus_*.deb under %s and 'apt-get download prometheus' failed (%s); "
+            "run tools/sim-assets or give this machine a Debian apt source" % (MIRROR, getattr(exc, "stderr", exc))
+        ) from exc
+    debs = sorted(Path(workdir).glob("prometheus_*.deb"))
+    if not debs:
+        raise PromtoolUnavailable("apt-get download prometheus left no prometheus_*.deb")
+    return debs[-1]
+
+
+def promtool():
+    """Path of a cached promtool, unpacked on first use."""
+    cached = sorted(CACHE.glob("*/promtool"))
+    if cached:
+        return cached[-1]
+    with tempfile.TemporaryDirectory() as workdir:
+        deb = _package(workdir)
+        unpacked = Path(workdir) / "root"
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True)
+        target = CACHE / deb.stem
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(unpacked / "usr" / "bin" / "promtool", target / "promtool.tmp")
+        (target / "promtool.tmp").rename(target / "promtool")
+    return target / "promtool"
+
+
+def role_defaults():
+    return yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+
+
+def rule_settings(**overrides):
+    """The settings the role's vars/main.yml builds, from its defaults."""
+    defaults = role_defaults()
+    keys = ("rate_window", "wedge_window", "wedge_for", "down_for", "metrics_stale_after", "nic_error_window",
+            "nic_error_for", "nic_error_counters", "nic_error_hw_counters", "kv_cache_threshold", "kv_cache_for",
+            "memory_available_ratio", "memory_for", "link_for")
+    settings = {key: defaults["monitoring_" + key] for key in keys}
+    settings["engine_unit"] = "dgxspark-engine.service"
+    settings.update(overrides)
+    return settings
