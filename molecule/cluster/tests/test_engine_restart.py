@@ -21,15 +21,19 @@ from helpers import (
     completion,
     deployed_record,
     engine_container,
+    firing,
     flat,
     inventory_hosts,
     node_state,
     one_version_everywhere,
+    query,
+    record_alert_time,
     record_fault,
     run_playbook,
     run_until_killed,
     sim_node_boot,
     unit_state,
+    wait_for_alert,
 )
 
 testinfra_hosts = ["local://"]
@@ -153,8 +157,12 @@ def test_a_rebooted_node_is_named_does_not_come_back_half_alive_and_site_yml_res
     assert completion()[0] == 200
     began = time.monotonic()
     with ServingMonitor() as monitor:
+        rebooted = time.monotonic()
         subprocess.run(["docker", "restart", "spark3"], check=True, capture_output=True)
         sim_node_boot("spark3")
+        # Monitoring (site.yml deploys it) sees the rank down.
+        record_alert_time("DgxsparkEngineRankDown", wait_for_alert("DgxsparkEngineRankDown", {"host": "spark3"},
+                                                                   120, since=rebooted))
         # The rebooted rank's unit is not started at boot; the ranks that lost their peer stop.
         assert wait_for(lambda: all(unit_state(host) != "active" for host in HOSTS), timeout=240), \
             {host: unit_state(host) for host in HOSTS}
@@ -173,7 +181,12 @@ def test_a_rebooted_node_is_named_does_not_come_back_half_alive_and_site_yml_res
         result = run_playbook("site.yml")
         assert result.returncode == 0, flat(result.stdout)[-3000:]
         one_version_everywhere()
+        # The monitoring stack came back with the node: that run's monitoring play changed nothing.
+        monitoring_play = result.stdout.split("PLAY [Monitoring")[1].split("PLAY [")[0]
+        assert not re.search(r"^changed: ", monitoring_play, re.MULTILINE), monitoring_play
         assert node_state("spark1", "docker exec dgxspark-engine cat /etc/dgxspark-sim-engine-version").strip() == "v1"
         assert completion()[0] == 200
     assert run_playbook("status.yml").returncode == 0
+    assert wait_for(lambda: not firing("DgxsparkEngineRankDown") and all(r["value"][1] == "1" for r in query("up")), 60), \
+        (firing("DgxsparkEngineRankDown"), query("up"))
     record_fault("node rebooted while serving, site.yml killed during the coordinated start", monitor, began)

@@ -267,3 +267,54 @@ def run_until_killed(playbook, pattern, extra_vars=None, timeout=600):
         proc.wait()
     assert killed, "the playbook never reached %r:\n%s" % (pattern, "".join(lines)[-3000:])
     return "".join(lines)
+
+
+def prometheus_url():
+    """The simulated inventory's monitoring host is its first node (it has no monitoring group)."""
+    return "http://%s:9090" % next(iter(inventory_hosts().values()))["ansible_host"]
+
+
+def query(expr):
+    """The result of an instant PromQL query against the monitoring host's Prometheus."""
+    import urllib.parse
+    import urllib.request
+
+    url = prometheus_url() + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=5) as response:
+        answer = json.loads(response.read())
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+def firing(alertname):
+    """The labels of each firing alert named O(alertname)."""
+    import urllib.request
+
+    with urllib.request.urlopen(prometheus_url() + "/api/v1/alerts", timeout=5) as response:
+        alerts = json.loads(response.read())["data"]["alerts"]
+    return [a["labels"] for a in alerts if a["labels"]["alertname"] == alertname and a["state"] == "firing"]
+
+
+def wait_for_alert(alertname, match, timeout, since=None):
+    """Seconds from O(since) (a time.monotonic(); default now) until O(alertname) fires with
+    labels including O(match); fails the test after O(timeout) seconds."""
+    import pytest
+
+    started = time.monotonic() if since is None else since
+    while time.monotonic() - started < timeout:
+        if any(all(labels.get(k) == v for k, v in match.items()) for labels in firing(alertname)):
+            return round(time.monotonic() - started, 1)
+        time.sleep(0.5)
+    pytest.fail("%s %r did not fire within %d s; firing: %r" % (alertname, match, timeout, firing(alertname)))
+
+
+ALERT_TIMES = ROOT / "reports" / "monitoring" / "alert-times.json"
+
+
+def record_alert_time(name, seconds):
+    """Keep an alert's time to fire in reports/monitoring/alert-times.json."""
+    print("%s fired after %.1f s" % (name, seconds))
+    ALERT_TIMES.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(ALERT_TIMES.read_text()) if ALERT_TIMES.is_file() else {}
+    data[name] = seconds
+    ALERT_TIMES.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
