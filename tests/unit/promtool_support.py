@@ -3,8 +3,8 @@
 """promtool for the unit tests, taken without root from Debian's prometheus package.
 
 The package comes from the simulation's Debian mirror (.cache/simulation/debian-mirror,
-which tools/sim-assets builds) or, where that is not built yet, from ``apt-get download
-prometheus``; ``dpkg-deb -x`` unpacks it and promtool is kept under .cache/promtool/,
+which tools/sim-assets builds, and is asked to build here when it is missing) or, where
+that cannot be built, from ``apt-get download prometheus``; ``dpkg-deb -x`` unpacks it and promtool is kept under .cache/promtool/,
 keyed by the package's file name, so it is unpacked once."""
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ class PromtoolUnavailable(RuntimeError):
 
 def _package(workdir):
     debs = sorted(MIRROR.glob("prometheus_*.deb"))
+    if not debs and shutil.which("dpkg-scanpackages"):
+        # The mirror the simulation needs anyway; tools/sim-assets builds it without root.
+        subprocess.run([str(REPO_ROOT / "tools" / "sim-assets"), "debs"], check=False, capture_output=True)
+        debs = sorted(MIRROR.glob("prometheus_*.deb"))
     if debs:
         return debs[-1]
     try:
