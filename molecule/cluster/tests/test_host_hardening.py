@@ -1,0 +1,79 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Every node keeps itself reachable when the engine takes its memory: earlyoom from the
+distribution runs with the arguments the role renders (prefer the engine's processes,
+spare sshd, Docker, systemd and journald), sshd is out of the OOM killer's reach, the
+kernel memory reserve is written to /etc/sysctl.d/ (and, as the simulated inventory says,
+not applied: the nodes share the host's kernel), and journald has size limits."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import testinfra.utils.ansible_runner
+import yaml
+
+from helpers import GROUP, INVENTORY, ROOT, group_vars
+
+sys.path.insert(0, str(ROOT / "collections"))
+from ansible_collections.dgxspark.cluster.plugins.module_utils._host_hardening import earlyoom_args
+
+testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(str(INVENTORY)).get_hosts(GROUP)
+
+
+def settings():
+    """Role defaults overlaid with the simulated inventory's group_vars."""
+    merged = yaml.safe_load((ROOT / "roles" / "host_hardening" / "defaults" / "main.yml").read_text())
+    merged.update({k: v for k, v in group_vars().items() if k.startswith("host_hardening_")})
+    return merged
+
+
+def expected_earlyoom_args():
+    s = settings()
+    return earlyoom_args(s["host_hardening_earlyoom_mem_percent"], s["host_hardening_earlyoom_swap_percent"],
+                         s["host_hardening_earlyoom_prefer"], s["host_hardening_earlyoom_avoid"],
+                         s["host_hardening_earlyoom_report_interval"], s["host_hardening_earlyoom_extra_args"])
+
+
+def test_earlyoom_runs_from_the_distribution_package_with_the_rendered_arguments(host):
+    assert host.package(settings()["host_hardening_earlyoom_package"]).is_installed
+    service = host.service(settings()["host_hardening_earlyoom_service"])
+    assert service.is_running and service.is_enabled
+    pid = host.check_output("systemctl show -p MainPID --value earlyoom")
+    words = [w for w in host.file("/proc/%s/cmdline" % pid).content_string.split("\0") if w]
+    assert words[0].endswith("earlyoom")
+    args = words[1:]
+    assert args == expected_earlyoom_args(), args
+    prefer = re.compile(args[args.index("--prefer") + 1])
+    avoid = re.compile(args[args.index("--avoid") + 1])
+    # The names the kernel gives these processes (15 characters at most).
+    assert all(prefer.search(name) for name in ("python3", "VLLM::EngineCor", "vllm"))
+    assert not any(prefer.search(name) for name in ("sshd", "dockerd", "systemd-journal"))
+    assert all(avoid.search(name) for name in ("sshd", "dockerd", "containerd", "systemd", "systemd-journal"))
+    assert not avoid.search("python3")
+
+
+def test_sshd_is_out_of_the_oom_killers_reach(host):
+    wanted = str(settings()["host_hardening_sshd_oom_score_adjust"])
+    assert host.check_output("systemctl show -p OOMScoreAdjust --value ssh.service") == wanted
+    pid = host.check_output("systemctl show -p MainPID --value ssh.service")
+    assert host.file("/proc/%s/oom_score_adj" % pid).content_string.strip() == wanted
+
+
+def test_the_memory_reserve_is_written_and_not_applied_where_the_inventory_says_so(host):
+    s = settings()
+    sysctl = host.file(s["host_hardening_sysctl_file"])
+    assert sysctl.user == "root" and sysctl.mode == 0o644
+    lines = {line for line in sysctl.content_string.splitlines() if line and not line.startswith("#")}
+    assert lines == {"%s=%s" % item for item in s["host_hardening_sysctl"].items()}
+    assert s["host_hardening_sysctl_apply"] is False
+    # Written, not applied: the shared kernel keeps its own value.
+    assert host.check_output("sysctl -n vm.min_free_kbytes") != str(s["host_hardening_sysctl"]["vm.min_free_kbytes"])
+
+
+def test_journald_has_size_limits(host):
+    text = host.file("/etc/systemd/journald.conf.d/60-dgxspark.conf").content_string
+    assert "[Journal]" in text
+    for name, value in settings()["host_hardening_journald"].items():
+        assert "%s=%s" % (name, value) in text
