@@ -33,6 +33,7 @@ from helpers import (
     run_until_killed,
     sim_node_boot,
     unit_state,
+    wait_for,
     wait_for_alert,
 )
 
@@ -44,15 +45,6 @@ V2 = {"engine_image_ref": "{{ sim_engine_image_refs.v2 }}"}
 
 def image_ids():
     return {host: engine_container(host, "{{.Image}}") for host in HOSTS}
-
-
-def wait_for(predicate, timeout, step=2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 def test_restart_of_an_unchanged_version_restarts_nothing_and_says_how_to_force_it():

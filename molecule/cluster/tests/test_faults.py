@@ -25,6 +25,7 @@ from helpers import (
     node_state,
     record_fault,
     run_playbook,
+    wait_for,
 )
 
 testinfra_hosts = ["local://"]
@@ -42,15 +43,6 @@ def recap(output):
     """host -> (changed, unreachable, failed) from a PLAY RECAP."""
     return {host: tuple(int(n) for n in numbers) for host, *numbers in re.findall(
         r"^(spark\d)\s+:.*?changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", output, re.MULTILINE)}
-
-
-def wait_for(predicate, timeout, step=1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 def serves():

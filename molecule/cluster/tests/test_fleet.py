@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 import urllib.error
 import urllib.request
 
-from helpers import API_KEY, completion, flat, group_vars, inventory_hosts, node_state, run_playbook
+from helpers import API_KEY, ServingMonitor, completion, flat, group_vars, inventory_hosts, node_state, run_playbook
 
 testinfra_hosts = ["local://"]
 
@@ -41,31 +40,11 @@ def through_balancer(session=None, path="/v1/completions", timeout=30, api_key=A
         return str(exc), None, None
 
 
-class BalancerClient:
-    """Sends completions through the balancer back to back (a new session key
-    every time, so both replicas get traffic) and records each one."""
-
-    def __init__(self):
-        self.samples = []  # (started, seconds, status, upstream)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        number = 0
-        while not self._stop.is_set():
-            number += 1
-            started = time.monotonic()
-            status, upstream, _text = through_balancer(session="roll-%d" % number, timeout=60)
-            self.samples.append((started, time.monotonic() - started, status, upstream))
-            self._stop.wait(0.2)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+def balancer_probe(number, started):
+    """One completion through the balancer with a new session key (so both replicas get
+    traffic): (started, seconds, status, upstream)."""
+    status, upstream, _text = through_balancer(session="roll-%d" % number, timeout=60)
+    return (started, time.monotonic() - started, status, upstream)
 
 
 def engine_marker(host):
@@ -115,7 +94,7 @@ def test_both_layouts_serve_through_the_balancer_and_the_fleet_rolls_without_a_f
 
         # Rolling upgrade: a new engine environment, one replica at a time.
         upgrade = dict(FLEET, engine_service_env=dict(group_vars()["engine_service_env"], ENGINE_FLEET_MARK="v2"))
-        with BalancerClient() as client:
+        with ServingMonitor(interval=0.2, probe=balancer_probe) as client:
             started = time.monotonic()
             result = run_playbook("restart.yml", extra_vars=upgrade)
             timings["rolling upgrade"] = time.monotonic() - started

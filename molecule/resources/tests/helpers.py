@@ -154,22 +154,26 @@ def deployed_record(host):
 
 
 class ServingMonitor:
-    """Sends a completion every `interval` seconds in a thread and records
-    when they succeed, to measure the serving gap of a restart."""
+    """Sends a request every `interval` seconds in a thread and records each
+    one, to measure the serving gap of a restart. By default the request is
+    a completion to the head and a sample is (started, answered 200); a
+    `probe(number, started)` returning its own sample replaces it."""
 
-    def __init__(self, interval=0.5):
+    def __init__(self, interval=0.5, probe=None):
         import threading
 
         self.interval = interval
         self.samples = []
+        self._probe = probe or (lambda _number, started: (started, completion(timeout=10)[0] == 200))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
+        number = 0
         while not self._stop.is_set():
+            number += 1
             started = time.monotonic()
-            status, _text = completion(timeout=10)
-            self.samples.append((started, status == 200))
+            self.samples.append(self._probe(number, started))
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     def __enter__(self):
@@ -318,3 +322,13 @@ def record_alert_time(name, seconds):
     data = json.loads(ALERT_TIMES.read_text()) if ALERT_TIMES.is_file() else {}
     data[name] = seconds
     ALERT_TIMES.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def wait_for(predicate, timeout, step=1):
+    """Whether O(predicate) held within O(timeout) seconds, asked every O(step) seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
