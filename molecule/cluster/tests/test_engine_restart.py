@@ -154,7 +154,7 @@ def test_a_rebooted_node_is_named_does_not_come_back_half_alive_and_site_yml_res
         sim_node_boot("spark3")
         # Monitoring (site.yml deploys it) sees the rank down.
         record_alert_time("DgxsparkEngineRankDown", wait_for_alert("DgxsparkEngineRankDown", {"host": "spark3"},
-                                                                   120, since=rebooted))
+                                                                   180, since=rebooted))
         # The rebooted rank's unit is not started at boot; the ranks that lost their peer stop.
         assert wait_for(lambda: all(unit_state(host) != "active" for host in HOSTS), timeout=240), \
             {host: unit_state(host) for host in HOSTS}

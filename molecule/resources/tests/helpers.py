@@ -219,17 +219,15 @@ def sim_node_boot(host, timeout=60):
     netdev = group_vars()["roce_fabric_netdev"]
     address = yaml.safe_load(INVENTORY.read_text())["dgxspark_cluster"]["hosts"][host]["ansible_host"]
     deadline = time.monotonic() + timeout
-    # The container's systemd first has to finish booting (as prepare.yml waits for it).
-    while subprocess.run(["docker", "exec", host, "systemctl", "is-system-running", "--wait"],
-                         capture_output=True, text=True, check=False).stdout.strip() not in ("running", "degraded"):
-        assert time.monotonic() < deadline, "%s: systemd did not finish booting in %d s" % (host, timeout)
+    # Retried until the container's systemd answers (right after the restart it may not yet);
+    # a retry finds the port already renamed and only restarts the two units again.
+    rename = ["docker", "exec", host, "sh", "-c",
+              "for n in $(ls /sys/class/net); do if ip -4 -o addr show dev $n | grep -q ' 192\\.168\\.100\\.'; then "
+              f"ip link set $n down; ip addr flush dev $n; ip link set $n name {netdev}; ip link set {netdev} mtu 1500 up; "
+              "fi; done; systemctl restart dgxspark-sim-rdma.service systemd-networkd"]
+    while subprocess.run(rename, capture_output=True, check=False).returncode != 0:
+        assert time.monotonic() < deadline, "%s: the port could not be renamed in %d s" % (host, timeout)
         time.sleep(1)
-    subprocess.run(
-        ["docker", "exec", host, "sh", "-c",
-         "for n in $(ls /sys/class/net); do if ip -4 -o addr show dev $n | grep -q ' 192\\.168\\.100\\.'; then "
-         f"ip link set $n down; ip addr flush dev $n; ip link set $n name {netdev}; ip link set {netdev} mtu 1500 up; fi; done; "
-         "systemctl restart dgxspark-sim-rdma.service systemd-networkd"],
-        check=True, capture_output=True)
     while subprocess.run(["ssh-keyscan", "-T", "2", address], capture_output=True, check=False).returncode != 0:
         assert time.monotonic() < deadline, "%s: no SSH %d s after its boot" % (host, timeout)
         time.sleep(1)
