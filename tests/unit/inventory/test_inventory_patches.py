@@ -15,8 +15,9 @@ import yaml
 from unit_support import REPO_ROOT
 
 INVENTORIES = sorted(path.parent for path in (REPO_ROOT / "inventory").glob("*/hosts.yml"))
-# The two variables the shipped inventories may use in a patch's src.
-PLACEHOLDER = re.compile(r"\{\{\s*(inventory_dir|playbook_dir)\s*\}\}")
+# The variables the shipped inventories may use in a patch's src (sim_checkout_dir:
+# the checkout, which tools/lib.sh writes into the simulated inventory).
+PLACEHOLDER = re.compile(r"\{\{\s*(inventory_dir|playbook_dir|sim_checkout_dir)\s*\}\}")
 
 
 class InventoryLoader(yaml.SafeLoader):
@@ -37,9 +38,10 @@ def patches_of(inventory):
 
 def resolve(src, inventory):
     # ansible-playbook -i inventory/<name>/hosts.yml playbooks/site.yml
-    where = {"inventory_dir": str(inventory), "playbook_dir": str(REPO_ROOT / "playbooks")}
+    where = {"inventory_dir": str(inventory), "playbook_dir": str(REPO_ROOT / "playbooks"),
+             "sim_checkout_dir": str(REPO_ROOT)}
     resolved = PLACEHOLDER.sub(lambda match: where[match.group(1)], src)
-    assert "{{" not in resolved, "%s: only inventory_dir and playbook_dir are resolved here" % src
+    assert "{{" not in resolved, "%s: only inventory_dir, playbook_dir and sim_checkout_dir are resolved here" % src
     return REPO_ROOT / "playbooks" / resolved  # a relative src is looked up from the playbook
 
 
