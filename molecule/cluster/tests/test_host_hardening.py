@@ -12,9 +12,8 @@ import re
 import sys
 
 import testinfra.utils.ansible_runner
-import yaml
 
-from helpers import GROUP, INVENTORY, ROOT, group_vars
+from helpers import GROUP, INVENTORY, ROOT, role_settings
 
 sys.path.insert(0, str(ROOT / "collections"))
 from ansible_collections.dgxspark.cluster.plugins.module_utils._host_hardening import earlyoom_args
@@ -23,10 +22,7 @@ testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(str(INVENTORY)).g
 
 
 def settings():
-    """Role defaults overlaid with the simulated inventory's group_vars."""
-    merged = yaml.safe_load((ROOT / "roles" / "host_hardening" / "defaults" / "main.yml").read_text())
-    merged.update({k: v for k, v in group_vars().items() if k.startswith("host_hardening_")})
-    return merged
+    return role_settings("host_hardening")
 
 
 def expected_earlyoom_args():

@@ -15,7 +15,7 @@ import pytest
 import testinfra.utils.ansible_runner
 import yaml
 
-from helpers import GROUP, INVENTORY, ROOT, flat, group_vars
+from helpers import GROUP, INVENTORY, ROOT, flat, role_settings
 
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(str(INVENTORY)).get_hosts(GROUP)
 
@@ -25,12 +25,7 @@ OLD_DRIVER_VERSION = "580.82.07-0ubuntu1"
 
 
 def settings():
-    """Role defaults overlaid with the simulated inventory's group_vars."""
-    merged = {}
-    for role in ("nvidia_driver", "container_runtime"):
-        merged.update(yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text()))
-    merged.update(group_vars())
-    return merged
+    return role_settings("nvidia_driver", "container_runtime")
 
 
 def test_driver_package_is_installed_at_the_pinned_version(host):

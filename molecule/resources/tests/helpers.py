@@ -202,12 +202,18 @@ def record_fault(fault, monitor, began):
     sent = len(monitor.samples)
     failed = sum(1 for _started, ok in monitor.samples if not ok)
     entry = {"sent": sent, "failed": failed, "seconds": round(time.monotonic() - began, 1)}
-    FAULT_REPORT.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(FAULT_REPORT.read_text()) if FAULT_REPORT.is_file() else {}
-    data[fault] = entry
-    FAULT_REPORT.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    keep_figure(FAULT_REPORT, fault, entry)
     print("fault %s: %r" % (fault, entry))
     return entry
+
+
+def keep_figure(path, name, value):
+    """Set O(name) to O(value) in the JSON object file O(path), keeping the other figures
+    (a run of a single test updates its own)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data[name] = value
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def sim_node_boot(host, timeout=60):
@@ -321,10 +327,7 @@ ALERT_TIMES = ROOT / "reports" / "monitoring" / "alert-times.json"
 def record_alert_time(name, seconds):
     """Keep an alert's time to fire in reports/monitoring/alert-times.json."""
     print("%s fired after %.1f s" % (name, seconds))
-    ALERT_TIMES.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(ALERT_TIMES.read_text()) if ALERT_TIMES.is_file() else {}
-    data[name] = seconds
-    ALERT_TIMES.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    keep_figure(ALERT_TIMES, name, seconds)
 
 
 def wait_for(predicate, timeout, step=1):
@@ -335,3 +338,12 @@ def wait_for(predicate, timeout, step=1):
             return True
         time.sleep(step)
     return predicate()
+
+
+def role_settings(*roles):
+    """The named roles' defaults overlaid with the simulated inventory's group_vars."""
+    merged = {}
+    for role in roles:
+        merged.update(yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text()))
+    merged.update(group_vars())
+    return merged
