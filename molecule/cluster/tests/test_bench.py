@@ -108,17 +108,34 @@ def test_tables_recomputed_from_the_raw_json(bench):
 
 
 def test_prefix_cache_hits_where_the_prompt_was_primed_and_nowhere_else(bench):
-    """The engine's own counters prove which requests hit the cache (vLLM's
-    CPU engine caches whole blocks of 128 tokens)."""
+    """The engine's own counters prove which requests hit the cache: vLLM caches whole
+    blocks (engine_service_block_size tokens) and computes at least a prompt's last token."""
+    block = group_vars()["engine_service_block_size"]
+    repeats = group_vars()["bench_field_context_repeats"]
+    shared_blocks = (group_vars()["bench_field_wave_tokens"] - 1) // block
     summary = {(w["label"], w["concurrency"]): w for w in bench["raw"]["summary"]["waves"]}
     for concurrency in (1, 2, 4):
         assert summary[("cold", concurrency)]["metrics"]["prefix_cache_hits"] == 0
-        # Every request of a shared wave finds its 128-token block cached.
-        assert summary[("shared", concurrency)]["metrics"]["prefix_cache_hits"] >= 128 * concurrency
-    # At the longest context each of the two cache-hit requests reuses the block its cold prime left.
-    assert summary[("ctx 224", 1)]["metrics"]["prefix_cache_hits"] >= 2 * 128
-    assert summary[("ctx 96", 1)]["metrics"]["prefix_cache_hits"] == 0
+        # Every request of a shared wave finds the blocks its prime left.
+        assert summary[("shared", concurrency)]["metrics"]["prefix_cache_hits"] == shared_blocks * block * concurrency
+    # Each cache-hit request reuses the blocks its cold prime left, and only those.
+    for context in (96, 224):
+        assert summary[("ctx %d" % context, 1)]["metrics"]["prefix_cache_hits"] == repeats * ((context - 1) // block) * block
     assert "| shared | 4 | — | — | " in bench["markdown"]
+
+
+def test_a_cache_hit_answers_sooner_than_its_cold_prime_at_the_longest_context(bench):
+    """The field report's cold vs KV-cache-hit TTFT, on the real engine: at the longest
+    simulated context the cache hit prefills one chunk where the cold prime prefills seven."""
+    longest = max(group_vars()["bench_field_contexts"])
+    wave = next(w for w in bench["raw"]["waves"] if w["kind"] == "context" and w["prompt_tokens_target"] == longest)
+    ttft = {phase: statistics.median(r["ttft"] for r in wave["requests"] if r["phase"] == phase)
+            for phase in ("cold", "cache_hit")}
+    print("ctx %d TTFT: cold %.3f s, cache hit %.3f s" % (longest, ttft["cold"], ttft["cache_hit"]))
+    assert ttft["cache_hit"] < ttft["cold"], ttft
+    cold_cells = row(bench["markdown"], "ctx %d" % longest, "Cold prime")
+    hit_cells = row(bench["markdown"], "ctx %d" % longest, "KV cache hit")
+    assert (cold_cells[3], hit_cells[3]) == ("%.3fs" % ttft["cold"], "%.3fs" % ttft["cache_hit"])
 
 
 def test_power_and_nic_counters_sampled_on_every_node_during_the_run(bench):

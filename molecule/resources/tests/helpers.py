@@ -200,7 +200,8 @@ def record_fault(fault, monitor, began):
     """Requests sent and failed while a fault test ran (a ServingMonitor's samples) and
     the test's duration, kept in reports/faults/faults.json for the README's fault table."""
     sent = len(monitor.samples)
-    failed = sum(1 for _started, ok in monitor.samples if not ok)
+    # A sample is (started, answered, ...): a probe may record more after those two.
+    failed = sum(1 for sample in monitor.samples if not sample[1])
     entry = {"sent": sent, "failed": failed, "seconds": round(time.monotonic() - began, 1)}
     keep_figure(FAULT_REPORT, fault, entry)
     print("fault %s: %r" % (fault, entry))
