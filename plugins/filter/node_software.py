@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import copy
-import json
 from collections.abc import Mapping
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._node_software import (
@@ -39,30 +37,6 @@ def plain(value):
     return value
 
 
-# What node_state parsed in this process, by read and spec. A role names its
-# parsed read once (<role>_node_state) and takes several values from it in one
-# task, and each use templates the filter again: the read is parsed once.
-# Ansible forks one worker per task and host, so this holds the few reads of
-# one task.
-_PARSED = {}
-_PARSED_KEEP = 8
-
-
-def _parse_read_once(result, spec):
-    result, spec = plain(result), plain(spec)
-    if isinstance(result, dict):
-        read = (result.get("stdout") or "", result.get("stderr") or "")
-    else:
-        read = (str(result or ""), "")
-    key = (read, json.dumps(spec, sort_keys=True, default=repr))
-    if key not in _PARSED:
-        if len(_PARSED) >= _PARSED_KEEP:
-            _PARSED.clear()
-        _PARSED[key] = parse_read(result, spec)
-    # A copy: a caller that changes what it got changes nobody else's.
-    return copy.deepcopy(_PARSED[key])
-
-
 def _daemon_config(options, *args, **kwargs):
     # daemon_config deep-copies the options it adds to (see plain()).
     return daemon_config(plain(options), *args, **kwargs)
@@ -76,6 +50,6 @@ class FilterModule:
             "container_runtime_runtimes_problems": as_filter(docker_runtimes_problems, NodeSoftwareError),
             "container_runtime_gpu_check_problems": as_filter(gpu_check_problems, NodeSoftwareError),
             "node_state_read_command": as_filter(read_command, NodeStateError),
-            "node_state": as_filter(_parse_read_once, NodeStateError),
+            "node_state": as_filter(parse_read, NodeStateError),
             "node_file_set_pending": as_filter(file_set_pending, NodeStateError),
         }

@@ -67,26 +67,3 @@ def test_plain_rebuilds_containers_and_keeps_values():
     # Plain dicts, not the stand-in subclass, which isinstance(..., dict) alone would accept.
     assert not isinstance(result, _NoDeepcopyDict) and not isinstance(result["a"][1][1], _NoDeepcopyDict)
     assert isinstance(result, dict) and isinstance(result["a"][1][1], dict) and isinstance(result["a"][1], tuple)
-
-
-def test_node_state_parses_a_read_once_and_hands_out_copies(monkeypatch):
-    from ansible_collections.dgxspark.cluster.plugins.filter import node_software
-
-    calls = []
-
-    def counting_parse(result, spec):
-        calls.append(spec)
-        return {"paths": {}, "units": {"docker.service": {"active": True}}}
-
-    monkeypatch.setattr(node_software, "parse_read", counting_parse)
-    monkeypatch.setattr(node_software, "_PARSED", {})
-    read = {"stdout": "@@dgxspark-state end", "stderr": ""}
-    first = FILTERS["node_state"](read, {"units": ["docker.service"]})
-    first["units"]["docker.service"]["active"] = False
-    second = FILTERS["node_state"](dict(read), {"units": ["docker.service"]})
-    assert second["units"]["docker.service"]["active"] is True
-    assert len(calls) == 1
-    # Another read or another spec is parsed for itself.
-    FILTERS["node_state"]({"stdout": "@@dgxspark-state end\n", "stderr": ""}, {"units": ["docker.service"]})
-    FILTERS["node_state"](read, {"units": ["nginx.service"]})
-    assert len(calls) == 3
