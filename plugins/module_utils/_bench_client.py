@@ -207,7 +207,10 @@ def stream_completion(url, model, key, prompt, max_tokens, timeout, ignore_eos=T
                 break
             event = json.loads(data)
             for choice in event.get("choices") or []:
-                if choice.get("text"):
+                # A token whose bytes end inside a UTF-8 character streams as
+                # empty text (the engine holds the bytes back): it still
+                # arrived, so it counts for TTFT and decode timing.
+                if "text" in choice:
                     now = time.monotonic()
                     if record["ttft"] is None:
                         record["ttft"] = now - start

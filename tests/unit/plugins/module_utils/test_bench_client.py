@@ -22,6 +22,9 @@ class Engine(BaseHTTPRequestHandler):
     """Tokens are words; each streamed token takes `delay` seconds."""
 
     delay = 0.0
+    # Tokens streamed before the first visible text: empty text, as vLLM streams a
+    # token whose bytes end inside a UTF-8 character.
+    held_back = 0
     seen: ClassVar[list] = []
     vocabulary: ClassVar[dict] = {}
 
@@ -61,7 +64,8 @@ class Engine(BaseHTTPRequestHandler):
             self.end_headers()
             for index in range(body["max_tokens"]):
                 time.sleep(self.delay)
-                self.wfile.write(b"data: " + json.dumps({"choices": [{"text": " t%d" % index}]}).encode() + b"\n\n")
+                text = "" if index < self.held_back else " t%d" % index
+                self.wfile.write(b"data: " + json.dumps({"choices": [{"text": text}]}).encode() + b"\n\n")
                 self.wfile.flush()
             usage = {"prompt_tokens": len(body["prompt"].split()), "completion_tokens": body["max_tokens"]}
             self.wfile.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n")
@@ -71,7 +75,7 @@ class Engine(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def engine():
-    Engine.delay, Engine.seen = 0.0, []
+    Engine.delay, Engine.held_back, Engine.seen = 0.0, 0, []
     server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -89,6 +93,18 @@ def test_a_streamed_completion_is_timed_and_sent_as_the_benchmark_needs(engine):
     path, auth, body = Engine.seen[-1]
     assert (path, auth) == ("/v1/completions", "Bearer " + KEY)
     assert body["temperature"] == 0 and body["ignore_eos"] and body["min_tokens"] == 4 and body["stream"]
+
+
+def test_tokens_streamed_as_empty_text_still_count_from_the_first(engine):
+    """A random model's first tokens may all be partial UTF-8 characters: the request
+    succeeded and its TTFT is the first token's arrival, not the first visible text."""
+    Engine.delay, Engine.held_back = 0.05, 4
+    record = _bench_client.stream_completion(engine, "tiny", KEY, "a b c", 4, 10)
+    assert record["ok"] and record["error"] is None and record["text"] == ""
+    assert 0.05 <= record["ttft"] < 0.1 and record["decode_seconds"] >= 0.1
+    Engine.held_back = 2
+    record = _bench_client.stream_completion(engine, "tiny", KEY, "a b c", 4, 10)
+    assert record["text"] == " t2 t3" and record["ttft"] < 0.1
 
 
 def test_a_request_past_its_timeout_fails_and_returns(engine):
