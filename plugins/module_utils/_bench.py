@@ -407,9 +407,10 @@ def compare(first, second, force=False):
             change = "%+.1f%%" % (100 * (b["aggregate_tps"] / a["aggregate_tps"] - 1))
         rows.append([key[1], key[2], cell(a, "ttft_p50", fmt_seconds), cell(b, "ttft_p50", fmt_seconds),
                      cell(a, "decode_p50", fmt_rate), cell(b, "decode_p50", fmt_rate),
-                     cell(a, "aggregate_tps", fmt_number), cell(b, "aggregate_tps", fmt_number), change or "—"])
+                     cell(a, "aggregate_tps", fmt_number), cell(b, "aggregate_tps", fmt_number), change or "—",
+                     cell(a, "prefix_cache_hit_rate", fmt_percent), cell(b, "prefix_cache_hit_rate", fmt_percent)])
     header = ["Wave", "C", "TTFT p50 A", "TTFT p50 B", "Decode p50 A", "Decode p50 B", "Aggregate A", "Aggregate B",
-              "Aggregate B vs A"]
+              "Aggregate B vs A", "Prefix-cache hits A", "Prefix-cache hits B"]
     lines = ["# Benchmark comparison", "", "A: %s (%s, %s)" % (name_a, first["meta"]["layout"], first["config"]["profile"]),
              "", "B: %s (%s, %s)" % (name_b, second["meta"]["layout"], second["config"]["profile"]), ""]
     if first["config"]["profile"] != second["config"]["profile"]:

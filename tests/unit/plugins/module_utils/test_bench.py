@@ -184,7 +184,8 @@ def test_compare_refuses_different_profiles_unless_forced():
 
 def test_compare_puts_both_runs_side_by_side():
     text = _bench.compare(report("field"), report("field", scale=1.5))
-    assert "| cold | 2 | 0.300s | 0.300s | 10.00 tok/s | 10.00 tok/s | 11.00 | 16.50 | +50.0% |" in text
+    assert "| cold | 2 | 0.300s | 0.300s | 10.00 tok/s | 10.00 tok/s | 11.00 | 16.50 | +50.0% | — | — |" in text
+    assert "| ctx 1000 | 1 | " in text and text.split("| ctx 1000 | 1 | ")[1].split("\n")[0].endswith("| 50.00% | 50.00% |")
     assert "quality" not in text
 
 
