@@ -15,8 +15,6 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._node_software im
 from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state import (
     NodeStateError,
     file_set_pending,
-    parse_read,
-    read_command,
 )
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
@@ -49,7 +47,5 @@ class FilterModule:
             "container_runtime_daemon_config": as_filter(_daemon_config, NodeSoftwareError),
             "container_runtime_runtimes_problems": as_filter(docker_runtimes_problems, NodeSoftwareError),
             "container_runtime_gpu_check_problems": as_filter(gpu_check_problems, NodeSoftwareError),
-            "node_state_read_command": as_filter(read_command, NodeStateError),
-            "node_state": as_filter(parse_read, NodeStateError),
             "node_file_set_pending": as_filter(file_set_pending, NodeStateError),
         }

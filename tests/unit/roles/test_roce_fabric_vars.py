@@ -13,6 +13,8 @@ import pytest
 
 from unit_support import template_role_vars
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state import check_spec, parse_read
+
 CASES = []
 
 
@@ -36,16 +38,20 @@ MAPPING = (
 )
 
 
-READ_COMMAND = "{{ roce_fabric_read_spec | dgxspark.cluster.node_state_read_command }}"
+READ_SPEC = "{{ roce_fabric_read_spec }}"
 DEFAULTS = case(HOST, files="{{ roce_fabric_networkd_files }}", management="{{ roce_fabric_management }}",
-                read=READ_COMMAND)
+                read=READ_SPEC)
 WITH_ANSIBLE_HOST = case(dict(HOST, ansible_host="192.168.99.11"), management="{{ roce_fabric_management }}")
 
 
 def test_the_default_links_read_their_networkd_file_and_name_the_management_path(results):
     assert results[DEFAULTS]["files"] == ["/etc/systemd/network/60-dgxspark-enP2p1s0f1np1.network"]
     assert results[DEFAULTS]["management"] == {"address": "spark1", "variable": "inventory_hostname"}
-    assert "/sys/class/infiniband" in results[DEFAULTS]["read"] and "device/net" in results[DEFAULTS]["read"]
+    assert results[DEFAULTS]["read"]["paths"] == [
+        "/usr/sbin/netplan", "/etc/netplan/60-dgxspark-fabric.yaml", "/etc/systemd/network/60-dgxspark-enP2p1s0f1np1.network"]
+    assert results[DEFAULTS]["read"]["commands"]["hcas"][-1] == "/sys/class/infiniband"
+    # The spec is one node_read can run (paths absolute, command names words).
+    assert check_spec(results[DEFAULTS]["read"])["units"] == ["systemd-networkd.service"]
     assert results[WITH_ANSIBLE_HOST]["management"] == {"address": "192.168.99.11", "variable": "ansible_host"}
 
 
@@ -58,7 +64,7 @@ MISTYPED = [
     ([dict(LINK, netdev=["a", "b"])], "spark1: roce_fabric_links[0] netdev is a list (2 items); expected one"),
 ]
 MISTYPED_CASES = [
-    (case(dict(HOST, roce_fabric_links=links), read=READ_COMMAND,
+    (case(dict(HOST, roce_fabric_links=links), read=READ_SPEC,
           problems="{{ {inventory_hostname: roce_fabric_planned} | dgxspark.cluster.fabric_plan_problems }}"), expected)
     for links, expected in MISTYPED
 ]
@@ -68,7 +74,7 @@ MISTYPED_CASES = [
                          ids=["mapping", "string", "number", "no netdev", "netdev list"])
 def test_mistyped_links_get_as_far_as_the_plan_check(results, index, expected):
     out = results[index]
-    assert out["read"].startswith("sh -c ") and "/etc/systemd/network/60-dgxspark-" not in out["read"]
+    assert out["read"]["paths"] == ["/usr/sbin/netplan", "/etc/netplan/60-dgxspark-fabric.yaml"]
     assert any(problem.startswith(expected) for problem in out["problems"]), out["problems"]
 
 
@@ -90,14 +96,18 @@ FACTS = {"interfaces": ["eth0", "lo", "enP2p1s0f1np1"], "default_ipv4": {},
 # validate.yml's expression, as the task has it.
 NODE_PROBLEMS = ("{{ roce_fabric_links | dgxspark.cluster.fabric_node_problems(inventory_hostname, "
                  "roce_fabric_node_found, ansible_facts, roce_fabric_management) }}")
-NODE = dict(HOST, roce_fabric_node_read=READ, ansible_facts=FACTS, ansible_host="192.168.99.11")
+# What dgxspark.cluster.node_read registers for READ (validate.yml's task), for the spec of the default link.
+SPEC = {"paths": ["/usr/sbin/netplan", "/etc/netplan/60-dgxspark-fabric.yaml",
+                  "/etc/systemd/network/60-dgxspark-enP2p1s0f1np1.network"],
+        "units": ["systemd-networkd.service"], "commands": {"netdevs": ["ls"], "hcas": ["sh"]}}
+NODE = dict(HOST, roce_fabric_node_state=parse_read(READ, SPEC), ansible_facts=FACTS, ansible_host="192.168.99.11")
 SOUND_NODE = case(NODE, problems=NODE_PROBLEMS)
 MANAGEMENT_NETDEV = case(dict(NODE, roce_fabric_netdev="eth0"), problems=NODE_PROBLEMS)
 SIBLING_HCA = case(dict(NODE, roce_fabric_hca="roceP2p1s0f0"), problems=NODE_PROBLEMS)
 MANAGEMENT_SUBNET = case(dict(NODE, roce_fabric_address="192.168.99.50"), problems=NODE_PROBLEMS)
 NETPLAN = case(dict(NODE, roce_fabric_backend="netplan"), problems=NODE_PROBLEMS)
-NO_NETPLAN = dict(NODE, roce_fabric_node_read=dict(READ, stdout=READ["stdout"].replace(
-    "stat 755 0 0 root root regular file\nsha256 x\n", "")))
+NO_NETPLAN = dict(NODE, roce_fabric_node_state=parse_read(dict(READ, stdout=READ["stdout"].replace(
+    "stat 755 0 0 root root regular file\nsha256 x\n", "")), SPEC))
 NETPLAN_MISSING = case(dict(NO_NETPLAN, roce_fabric_backend="netplan"), problems=NODE_PROBLEMS)
 AUTO_WITHOUT_NETPLAN = case(NO_NETPLAN, problems=NODE_PROBLEMS)
 

@@ -24,8 +24,6 @@ def test_filters_answer():
     assert FILTERS["container_runtime_daemon_config"]({}, "nvidia-container-runtime", LIMITS)["live-restore"] is True
     assert FILTERS["container_runtime_runtimes_problems"]({"nvidia": {}}) == []
     assert FILTERS["container_runtime_gpu_check_problems"]("", {})
-    assert FILTERS["node_state_read_command"]({"units": ["docker"]}).startswith("sh -c ")
-    assert FILTERS["node_state"]("@@dgxspark-state end", {})["paths"] == {}
     assert FILTERS["node_file_set_pending"]({}, {"paths": {}}) == {}
 
 
@@ -34,10 +32,6 @@ def test_errors_reach_the_play_as_filter_errors():
         FILTERS["container_runtime_daemon_config"]({"live-restore": False}, "nvidia-container-runtime", LIMITS)
     with pytest.raises(AnsibleFilterError, match="nvidia_driver_min_version"):
         FILTERS["nvidia_driver_verdict"]({}, "newest")
-    with pytest.raises(AnsibleFilterError, match="cannot measure free space for 'srv'"):
-        FILTERS["node_state_read_command"]({"disks": ["srv"]})
-    with pytest.raises(AnsibleFilterError, match="stopped before its end"):
-        FILTERS["node_state"]("", {})
     with pytest.raises(AnsibleFilterError, match="was not read"):
         FILTERS["node_file_set_pending"]({"directories": [{"path": "/etc/docker", "mode": "0755"}]}, {"paths": {}})
 
