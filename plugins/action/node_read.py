@@ -4,12 +4,10 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state import (
     NodeStateError,
-    check_spec,
     parse_read,
     read_command,
 )
@@ -30,8 +28,9 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         del tmp
+        spec = self._task.args.get("spec")
         try:
-            spec = check_spec(self._task.args.get("spec"))
+            # read_command and parse_read check the spec themselves.
             command = read_command(spec)
         except NodeStateError as exc:
             return dict(result, failed=True, msg="%s: cannot read this spec: %s" % (task_vars.get("inventory_hostname"), exc))
@@ -39,9 +38,10 @@ class ActionModule(ActionBase):
         # (ssh would ask for one for a become command; this one prompts for nothing).
         if self._connection.has_option("use_tty"):
             self._connection.set_option("use_tty", False)
+        # stdout and stderr come back as text (the connection's bytes decoded).
         ran = self._low_level_execute_command(command, executable=False)
         try:
-            state = parse_read({"stdout": to_text(ran.get("stdout")), "stderr": to_text(ran.get("stderr"))}, spec)
+            state = parse_read(ran, spec)
         except NodeStateError as exc:
             return dict(
                 result, failed=True, rc=ran.get("rc"),

@@ -16,8 +16,8 @@ description:
     by every one of those workers; for this collection's filters that is about 50 ms of CPU per
     worker, some 0.12 s of wall time per task on four nodes and two controller cores.
   - This callback loads the collection's filters, its node_read action and the builtin filters and
-    tests once, when the playbook starts, so that every worker inherits them. It prints nothing and changes no result;
-    without it the playbooks do the same, only slower.
+    tests once, when the playbook starts, so that every worker inherits them. It prints nothing and
+    changes no result; without it the playbooks do the same, only slower.
   - Enable it with C(callbacks_enabled = dgxspark.cluster.preload) in C(ansible.cfg), as the
     repository's C(ansible.cfg) does.
 requirements:
@@ -29,7 +29,6 @@ from ansible.plugins.loader import action_loader, filter_loader, test_loader
 
 # One name resolves every filter file of a collection (they are loaded together), and
 # one builtin name each loads the builtin filters and tests.
-# Loading one filter of the collection loads every filter file of it.
 PRELOADED_FILTERS = ("dgxspark.cluster.node_file_set_pending", "ansible.builtin.to_json")
 # Every role reads its node with this action.
 PRELOADED_ACTIONS = ("dgxspark.cluster.node_read",)

@@ -132,7 +132,7 @@ def inspect_result(found_refs, docker, local, ref_image, docker_root_dir):
 
 
 def read_spec(found_refs):
-    """The node state read (dgxspark.cluster.node_state_read_command) of state=inspect:
+    """The node state read (dgxspark.cluster.node_read) of state=inspect:
     where docker is, both images and the daemon's root directory, in one call."""
     return {
         "commands": {

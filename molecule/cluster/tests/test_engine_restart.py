@@ -326,11 +326,12 @@ def test_a_rebooted_replica_node_is_routed_around_named_and_brought_back(fleet):
         [sample for sample in late if not sample[1] or sample[4] != "spark1"][:5]
     # Passive health: nginx tries the replica again once fail_timeout has passed since its
     # last failed attempt, which may have been moments before site.yml brought it back.
+    answered_by = []
 
     def both_replicas_answer():
-        return {through_balancer(session="key-%d" % n)[1] for n in range(16)} == {"spark1", "spark3"}
-    assert wait_for(both_replicas_answer, timeout=fail_timeout + 10), \
-        {through_balancer(session="key-%d" % n)[1] for n in range(16)}
+        answered_by[:] = [{through_balancer(session="key-%d" % n)[1] for n in range(16)}]
+        return answered_by[0] == {"spark1", "spark3"}
+    assert wait_for(both_replicas_answer, timeout=fail_timeout + 10), answered_by
     assert run_playbook("status.yml").returncode == 0
     assert wait_for(lambda: not firing("DgxsparkEngineRankDown") and all(r["value"][1] == "1" for r in query("up")), 60), \
         (firing("DgxsparkEngineRankDown"), query("up"))
