@@ -99,6 +99,29 @@ dgxspark_node_image() {
   dgxspark_sim_ssh
 }
 
+# The simulated nodes Molecule created that do not run now, one name a line:
+# after the Docker daemon restarted (a reboot) or a node was stopped or
+# removed by hand, Molecule still counts them as created and would skip its
+# create step, leaving playbooks to fail with "No route to host".
+dgxspark_sim_nodes_down() {
+  local name created
+  molecule list -s cluster -f plain 2>/dev/null | while read -r name _ _ _ created _; do
+    [ "$created" = true ] || continue
+    [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ] || echo "$name"
+  done
+}
+
+# Recreates the simulated cluster when any node Molecule created is not
+# running: a node's state (its renamed fabric port, its engine) does not
+# survive a stop, so starting it again would not give a converged node.
+dgxspark_sim_recreate_down_nodes() {
+  local down
+  down=$(dgxspark_sim_nodes_down)
+  [ -n "$down" ] || return 0
+  echo "tools: simulated nodes not running (${down//$'\n'/ }); removing the cluster to create it again" >&2
+  molecule destroy -s cluster
+}
+
 # The simulated nodes are reached over SSH, as real ones: the controller's
 # key and the nodes' host key are made once under .cache/simulation/ssh/
 # (node/ is mounted into every node at /etc/ssh/dgxspark-sim), and the
