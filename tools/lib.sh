@@ -99,26 +99,32 @@ dgxspark_node_image() {
   dgxspark_sim_ssh
 }
 
-# The simulated nodes Molecule created that do not run now, one name a line:
-# after the Docker daemon restarted (a reboot) or a node was stopped or
-# removed by hand, Molecule still counts them as created and would skip its
-# create step, leaving playbooks to fail with "No route to host".
+# The simulated nodes Molecule created that are not running as prepared, one
+# name a line: after the Docker daemon restarted (a reboot), a `docker
+# restart`, or a node stopped or removed by hand, Molecule still counts them as
+# created and prepared and would skip both steps, leaving playbooks to fail
+# with "No route to host" or on an unprepared node. Prepare's last play leaves
+# /run/dgxspark-sim-prepared (a tmpfs) on every node it finished.
 dgxspark_sim_nodes_down() {
   local name created
   molecule list -s cluster -f plain 2>/dev/null | while read -r name _ _ _ created _; do
     [ "$created" = true ] || continue
-    [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ] || echo "$name"
+    if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" != true ] \
+      || ! docker exec "$name" test -e /run/dgxspark-sim-prepared 2>/dev/null; then
+      echo "$name"
+    fi
   done
 }
 
-# Recreates the simulated cluster when any node Molecule created is not
-# running: a node's state (its renamed fabric port, its engine) does not
-# survive a stop, so starting it again would not give a converged node.
+# Recreates the simulated cluster when any node Molecule created is down or
+# restarted: what prepare and site.yml gave a node (its renamed fabric port,
+# its engine) does not survive a restart, so starting it again would not
+# give a converged node.
 dgxspark_sim_recreate_down_nodes() {
   local down
   down=$(dgxspark_sim_nodes_down)
   [ -n "$down" ] || return 0
-  echo "tools: simulated nodes not running (${down//$'\n'/ }); removing the cluster to create it again" >&2
+  echo "tools: simulated nodes down or restarted since prepared (${down//$'\n'/ }); removing the cluster to create it again" >&2
   molecule destroy -s cluster
 }
 
