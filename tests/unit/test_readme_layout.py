@@ -233,8 +233,8 @@ def readme(tree):
     return "# t\n\n## Layout\n\nThe tree:\n\n```text\n%s```\n\nMore text.\n\n## License\n\nGPL\n" % tree
 
 
-def problems_of(tree, files=FILES):
-    return layout_problems(layout_tree(readme(tree)), files)
+def problems_of(tree, files=None):
+    return layout_problems(layout_tree(readme(tree)), FILES if files is None else files)
 
 
 def test_a_complete_tree_has_no_problem():
