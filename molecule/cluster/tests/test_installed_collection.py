@@ -17,7 +17,7 @@ from helpers import ROOT, flat
 testinfra_hosts = ["local://"]
 
 # What the checkout's ansible.cfg sets that the playbooks rely on, as an
-# installed user sets it (README, "From the installed collection"): the vault
+# installed user sets it (README, "Controller settings and execution environments"): the vault
 # identity of the inventory; the rest only makes a run fast.
 INSTALLED_USER_ENV = {
     "ANSIBLE_VAULT_IDENTITY_LIST": f"simulation@{ROOT}/inventory/simulated/vault-password",
