@@ -9,7 +9,7 @@ name: inventory_jsonfile
 short_description: JSON files per host, in one directory per inventory
 version_added: "0.1.0"
 description:
-  - M(ansible.builtin.jsonfile)'s cache (one JSON file per host), kept in a directory of its own for each
+  - P(ansible.builtin.jsonfile#cache)'s cache (one JSON file per host), kept in a directory of its own for each
     inventory, C(<fact_caching_connection>/<key>), where the key is a short hash of the inventory sources this
     run uses (C(-i), else C(ANSIBLE_INVENTORY), else the configured C(inventory)), each made absolute.
   - Hosts of the same name in two inventories (C(spark1) of the simulated cluster and C(spark1) of a real one)

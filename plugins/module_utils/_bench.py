@@ -337,22 +337,22 @@ def markdown(raw, summary):
             out += ["One C=1 request per replica primes the cache with the prompt every request of the wave then sends; "
                     "these rows are not comparable with cold-prompt numbers.", ""]
         out.append(markdown_table(["C", "Success", "TTFT p50 / p95", "Decode p50", "Aggregate TPS", "Acceptance", "Power"],
-                          [[w["concurrency"], "%d/%d" % (w["success"], w["total"]),
-                            "%s / %s" % (fmt_seconds(w["ttft_p50"]), fmt_seconds(w["ttft_p95"])),
-                            fmt_rate(w["decode_p50"]), fmt_number(w["aggregate_tps"]), _acceptance(w),
-                            fmt_watts(w["power_watts"])] for w in group]))
+                                  [[w["concurrency"], "%d/%d" % (w["success"], w["total"]),
+                                    "%s / %s" % (fmt_seconds(w["ttft_p50"]), fmt_seconds(w["ttft_p95"])),
+                                    fmt_rate(w["decode_p50"]), fmt_number(w["aggregate_tps"]), _acceptance(w),
+                                    fmt_watts(w["power_watts"])] for w in group]))
         out.append("")
     out += ["## Engine metrics per wave", "",
             "Deltas of each replica head's /metrics across the wave, summed over replicas. Other requests: completions "
             "the engine finished that the wave did not send (the head watchdog's health probe); they are counted, "
             "not subtracted.", ""]
     out.append(markdown_table(["Wave", "C", "Acceptance", "Mean accepted length", "Prefix-cache hit rate", "Preemptions",
-                       "Other requests", "Power", "NIC errors"],
-                      [[w["label"], w["concurrency"], _acceptance(w), fmt_number(w["mean_accepted_length"]),
-                        fmt_percent(w["prefix_cache_hit_rate"]), fmt_number(w["preemptions"], 0),
-                        "—" if w["other_requests"] is None else w["other_requests"], fmt_watts(w["power_watts"]),
-                        ", ".join("%s +%d" % item for item in sorted(w["nic_errors"].items())) or "0"]
-                       for w in waves]))
+                               "Other requests", "Power", "NIC errors"],
+                              [[w["label"], w["concurrency"], _acceptance(w), fmt_number(w["mean_accepted_length"]),
+                                fmt_percent(w["prefix_cache_hit_rate"]), fmt_number(w["preemptions"], 0),
+                                "—" if w["other_requests"] is None else w["other_requests"], fmt_watts(w["power_watts"]),
+                                ", ".join("%s +%d" % item for item in sorted(w["nic_errors"].items())) or "0"]
+                               for w in waves]))
     out.append("")
     if summary["quality"]:
         out += ["## Quality gate", "",
@@ -360,8 +360,8 @@ def markdown(raw, summary):
                     "passed" if summary["quality_passed"] else "FAILED")]
         out.append("")
         out.append(markdown_table(["Prompt", "Expected", "Answer", "Verdict"],
-                          [[_cell(v["prompt"]), "`%s`" % v["expect"], _cell(v["answer"] or v["error"] or ""),
-                            "ok" if v["ok"] else "WRONG"] for v in summary["quality"]]))
+                                  [[_cell(v["prompt"]), "`%s`" % v["expect"], _cell(v["answer"] or v["error"] or ""),
+                                    "ok" if v["ok"] else "WRONG"] for v in summary["quality"]]))
         out.append("")
     return "\n".join(out)
 
@@ -434,5 +434,5 @@ def llama_benchy_rows(result):
 def llama_benchy_markdown(result):
     rows = llama_benchy_rows(result)
     return markdown_table(["Test", "t/s (total)", "t/s (per request)", "TTFT"],
-                  [[r["test"], "%.2f ± %.2f" % (r["tps"], r["tps_std"]), fmt_number(r["tps_req"]),
-                    "—" if r["ttft_ms"] is None else "%.0f ms" % r["ttft_ms"]] for r in rows])
+                          [[r["test"], "%.2f ± %.2f" % (r["tps"], r["tps_std"]), fmt_number(r["tps_req"]),
+                            "—" if r["ttft_ms"] is None else "%.0f ms" % r["ttft_ms"]] for r in rows])

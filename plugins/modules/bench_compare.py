@@ -16,9 +16,10 @@ description:
     A solid, B dashed) under O(dest).
   - Without O(reports), takes the newest report of each layout in O(report_dir), the older one as A; that needs
     exactly two layouts there (for example the lane C(tp4x1) and the fleet C(tp1x4)).
-  - Runs of different profiles are refused unless O(force): their numbers do not measure the same thing.
+  - Runs of different profiles are refused unless O(force), since their numbers do not measure the same thing.
   - Runs as an action on the controller; no node is involved. Relative paths are taken from the directory
     C(ansible-playbook) runs in.
+  - A file that already holds the comparison is left alone, so a second run with the same reports changes nothing.
 author: Contributors to the dgxspark.cluster collection (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
@@ -28,9 +29,6 @@ attributes:
     details: Compares and reports whether a file would change; writes nothing.
   diff_mode:
     support: none
-  idempotent:
-    support: full
-    details: A file that already holds the comparison is left alone.
   platform:
     platforms: posix
 options:

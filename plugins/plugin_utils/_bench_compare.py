@@ -171,14 +171,15 @@ def write_comparison(first_path, second_path, dest=None, force=False, check_mode
     text = comparison_markdown(compared)
     dest = dest or os.path.dirname(os.path.abspath(second_path))
     prefix = os.path.join(dest, compared["name"])
-    contents = {"markdown": (prefix + ".md", text.encode()),
-                "json": (prefix + ".json", (json.dumps(dict(compared, reports=[first_path, second_path]), indent=1,
-                                                       sort_keys=True) + "\n").encode()),
-                "png": (prefix + ".png", comparison_png(first, second))}
-    pending = [(path, data) for path, data in contents.values() if _differs(path, data)]
+    paths = {"markdown": prefix + ".md", "json": prefix + ".json", "png": prefix + ".png"}
+    contents = {paths["markdown"]: text.encode(),
+                paths["json"]: (json.dumps(dict(compared, reports=[first_path, second_path]), indent=1,
+                                           sort_keys=True) + "\n").encode(),
+                paths["png"]: comparison_png(first, second)}
+    pending = {path: data for path, data in contents.items() if _differs(path, data)}
     if pending and not check_mode:
         os.makedirs(dest, exist_ok=True)
-        for path, data in pending:
+        for path, data in pending.items():
             _write_atomically(path, data)
-    return {"paths": {kind: path for kind, (path, _) in contents.items()}, "changed": bool(pending),
+    return {"paths": paths, "changed": bool(pending),
             "comparison": compared, "markdown": text}
