@@ -2,29 +2,29 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Compare two benchmark runs of playbooks/bench.yml.
 
-    tools/bench-compare A.json B.json [--force] [--out PREFIX]
+    tools/bench-compare A.json B.json [--force] [--out DIR]
 
-Writes PREFIX.md (a side-by-side table of every wave both runs measured,
-B's aggregate against A's) and PREFIX.png (aggregate and per-request decode
-against concurrency, A solid, B dashed); PREFIX defaults to
-reports/bench/compare-<A>-vs-<B>. Runs of different profiles are refused
+The checkout's command line for what playbooks/bench_compare.yml does (the
+same code, plugins/plugin_utils/_bench_compare.py): writes
+compare-<A>-vs-<B>.md (a side-by-side table of every wave both runs
+measured, B's aggregate against A's), .json (the same as data) and .png
+(aggregate and per-request decode against concurrency, A solid, B dashed)
+in DIR, by default B's directory. Runs of different profiles are refused
 unless --force: their numbers do not measure the same thing.
 """
 
 import argparse
-import importlib.util
-import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+# The checkout is the collection; collections/ links it as
+# ansible_collections/dgxspark/cluster, so its code imports as installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "collections"))
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "plugins" / "module_utils" / (name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._bench_compare import (
+    BenchCompareError,
+    write_comparison,
+)
 
 
 def main(argv=None):
@@ -32,24 +32,16 @@ def main(argv=None):
     parser.add_argument("first", type=Path, help="run A (.json)")
     parser.add_argument("second", type=Path, help="run B (.json)")
     parser.add_argument("--force", action="store_true", help="compare runs of different profiles")
-    parser.add_argument("--out", type=Path, help="output path without extension")
+    parser.add_argument("--out", type=Path, help="directory for the comparison (default: B's directory)")
     args = parser.parse_args(argv)
-    bench, png = _load("_bench"), _load("_png")
-    first, second = (json.loads(path.read_text()) for path in (args.first, args.second))
     try:
-        text = bench.compare(first, second, force=args.force)
-    except bench.BenchError as exc:
+        written = write_comparison(str(args.first), str(args.second), dest=str(args.out) if args.out else None,
+                                   force=args.force, force_hint="--force")
+    except BenchCompareError as exc:
         print("bench-compare: %s" % exc, file=sys.stderr)
         return 2
-    out = args.out or ROOT / "reports" / "bench" / ("compare-%s-vs-%s" % (first["meta"]["name"], second["meta"]["name"]))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text(text)
-    series = (bench.plot_series(first["summary"], prefix="A ") +
-              bench.plot_series(second["summary"], prefix="B ", dashed=True))
-    out.with_suffix(".png").write_bytes(png.line_plot(series, "A %s VS B %s" % (first["meta"]["layout"], second["meta"]["layout"]),
-                                                      "CONCURRENCY", "TOK/S"))
-    print(text)
-    print("Written: %s, %s" % (out.with_suffix(".md"), out.with_suffix(".png")))
+    print(written["markdown"])
+    print("Written: %s" % ", ".join(written["paths"].values()))
     return 0
 
 

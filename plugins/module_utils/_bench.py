@@ -274,7 +274,7 @@ def fmt_watts(value):
     return "not measured" if value is None else "%.1f W" % value
 
 
-def _table(header, rows):
+def markdown_table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -300,7 +300,7 @@ def markdown(raw, summary):
     """The report: what was measured and the tables shaped like the field report's."""
     meta = raw["meta"]
     out = ["# Benchmark %s: %s" % (meta["date"], meta["layout"]), ""]
-    out.append(_table(["Item", "Value"], [
+    out.append(markdown_table(["Item", "Value"], [
         ["Date", meta["date"]], ["Profile", raw["config"]["profile"]], ["Tool", meta["tool"]],
         ["Layout", meta["layout"]], ["Engine version (/version)", ", ".join(sorted(set(meta["engine_versions"].values())))],
         ["Image", meta["image_ref"]], ["Image ID", meta["image_id"]], ["Model", meta["model"]],
@@ -327,7 +327,7 @@ def markdown(raw, summary):
                 rows.append([wave["label"], mode, "%d/%d" % (stats["success"], stats["total"]),
                              fmt_seconds(stats["ttft_p50"]), fmt_number(ffts, 0) + " tok/s" if ffts else "—",
                              fmt_rate(stats["decode_p50"])])
-        out += [_table(["Context", "Mode", "Success", "TTFT p50", "Prefill / Effective FFTS", "Decode p50"], rows), ""]
+        out += [markdown_table(["Context", "Mode", "Success", "TTFT p50", "Prefill / Effective FFTS", "Decode p50"], rows), ""]
     for kind, title in (("cold", "Cold unique-prompt waves"), ("shared", "Shared-prefix KV cache-hit waves")):
         group = [w for w in waves if w["kind"] == kind]
         if not group:
@@ -336,32 +336,32 @@ def markdown(raw, summary):
         if kind == "shared":
             out += ["One C=1 request per replica primes the cache with the prompt every request of the wave then sends; "
                     "these rows are not comparable with cold-prompt numbers.", ""]
-        out.append(_table(["C", "Success", "TTFT p50 / p95", "Decode p50", "Aggregate TPS", "Acceptance", "Power"],
-                          [[w["concurrency"], "%d/%d" % (w["success"], w["total"]),
-                            "%s / %s" % (fmt_seconds(w["ttft_p50"]), fmt_seconds(w["ttft_p95"])),
-                            fmt_rate(w["decode_p50"]), fmt_number(w["aggregate_tps"]), _acceptance(w),
-                            fmt_watts(w["power_watts"])] for w in group]))
+        out.append(markdown_table(["C", "Success", "TTFT p50 / p95", "Decode p50", "Aggregate TPS", "Acceptance", "Power"],
+                                  [[w["concurrency"], "%d/%d" % (w["success"], w["total"]),
+                                    "%s / %s" % (fmt_seconds(w["ttft_p50"]), fmt_seconds(w["ttft_p95"])),
+                                    fmt_rate(w["decode_p50"]), fmt_number(w["aggregate_tps"]), _acceptance(w),
+                                    fmt_watts(w["power_watts"])] for w in group]))
         out.append("")
     out += ["## Engine metrics per wave", "",
             "Deltas of each replica head's /metrics across the wave, summed over replicas. Other requests: completions "
             "the engine finished that the wave did not send (the head watchdog's health probe); they are counted, "
             "not subtracted.", ""]
-    out.append(_table(["Wave", "C", "Acceptance", "Mean accepted length", "Prefix-cache hit rate", "Preemptions",
-                       "Other requests", "Power", "NIC errors"],
-                      [[w["label"], w["concurrency"], _acceptance(w), fmt_number(w["mean_accepted_length"]),
-                        fmt_percent(w["prefix_cache_hit_rate"]), fmt_number(w["preemptions"], 0),
-                        "—" if w["other_requests"] is None else w["other_requests"], fmt_watts(w["power_watts"]),
-                        ", ".join("%s +%d" % item for item in sorted(w["nic_errors"].items())) or "0"]
-                       for w in waves]))
+    out.append(markdown_table(["Wave", "C", "Acceptance", "Mean accepted length", "Prefix-cache hit rate", "Preemptions",
+                               "Other requests", "Power", "NIC errors"],
+                              [[w["label"], w["concurrency"], _acceptance(w), fmt_number(w["mean_accepted_length"]),
+                                fmt_percent(w["prefix_cache_hit_rate"]), fmt_number(w["preemptions"], 0),
+                                "—" if w["other_requests"] is None else w["other_requests"], fmt_watts(w["power_watts"]),
+                                ", ".join("%s +%d" % item for item in sorted(w["nic_errors"].items())) or "0"]
+                               for w in waves]))
     out.append("")
     if summary["quality"]:
         out += ["## Quality gate", "",
                 "Prompt/answer pairs at the highest concurrency, temperature 0: %s." % (
                     "passed" if summary["quality_passed"] else "FAILED")]
         out.append("")
-        out.append(_table(["Prompt", "Expected", "Answer", "Verdict"],
-                          [[_cell(v["prompt"]), "`%s`" % v["expect"], _cell(v["answer"] or v["error"] or ""),
-                            "ok" if v["ok"] else "WRONG"] for v in summary["quality"]]))
+        out.append(markdown_table(["Prompt", "Expected", "Answer", "Verdict"],
+                                  [[_cell(v["prompt"]), "`%s`" % v["expect"], _cell(v["answer"] or v["error"] or ""),
+                                    "ok" if v["ok"] else "WRONG"] for v in summary["quality"]]))
         out.append("")
     return "\n".join(out)
 
@@ -380,42 +380,6 @@ def plot_series(summary, prefix="", dashed=False):
             series.append((prefix + "%s aggregate" % kind, [(w["concurrency"], w["aggregate_tps"]) for w in group], dashed))
             series.append((prefix + "%s per-req" % kind, [(w["concurrency"], w["decode_p50"]) for w in group], dashed))
     return series
-
-
-def compare(first, second, force=False):
-    """Side-by-side Markdown of two reports' waves (keyed by kind and C);
-    refused when their profiles differ, unless forced."""
-    name_a, name_b = first["meta"]["name"], second["meta"]["name"]
-    if first["config"]["profile"] != second["config"]["profile"] and not force:
-        raise BenchError("%s ran profile %r and %s profile %r: their numbers are not comparable "
-                         "(--force compares them anyway)" % (name_a, first["config"]["profile"], name_b,
-                                                             second["config"]["profile"]))
-
-    def keyed(report):
-        return {(w["kind"], w["label"], w["concurrency"]): w for w in report["summary"]["waves"] if w["kind"] != "quality"}
-
-    waves_a, waves_b = keyed(first), keyed(second)
-    rows = []
-    for key in sorted(set(waves_a) | set(waves_b), key=lambda k: (k[0], k[2], k[1])):
-        a, b = waves_a.get(key), waves_b.get(key)
-
-        def cell(wave, field, fmt):
-            return fmt(wave[field]) if wave else "—"
-
-        change = None
-        if a and b and a["aggregate_tps"] and b["aggregate_tps"] is not None:
-            change = "%+.1f%%" % (100 * (b["aggregate_tps"] / a["aggregate_tps"] - 1))
-        rows.append([key[1], key[2], cell(a, "ttft_p50", fmt_seconds), cell(b, "ttft_p50", fmt_seconds),
-                     cell(a, "decode_p50", fmt_rate), cell(b, "decode_p50", fmt_rate),
-                     cell(a, "aggregate_tps", fmt_number), cell(b, "aggregate_tps", fmt_number), change or "—",
-                     cell(a, "prefix_cache_hit_rate", fmt_percent), cell(b, "prefix_cache_hit_rate", fmt_percent)])
-    header = ["Wave", "C", "TTFT p50 A", "TTFT p50 B", "Decode p50 A", "Decode p50 B", "Aggregate A", "Aggregate B",
-              "Aggregate B vs A", "Prefix-cache hits A", "Prefix-cache hits B"]
-    lines = ["# Benchmark comparison", "", "A: %s (%s, %s)" % (name_a, first["meta"]["layout"], first["config"]["profile"]),
-             "", "B: %s (%s, %s)" % (name_b, second["meta"]["layout"], second["config"]["profile"]), ""]
-    if first["config"]["profile"] != second["config"]["profile"]:
-        lines += ["Profiles differ (compared with --force).", ""]
-    return "\n".join(lines + [_table(header, rows), ""])
 
 
 # llama-benchy (the community profile): its command line and its JSON.
@@ -469,6 +433,6 @@ def llama_benchy_rows(result):
 
 def llama_benchy_markdown(result):
     rows = llama_benchy_rows(result)
-    return _table(["Test", "t/s (total)", "t/s (per request)", "TTFT"],
-                  [[r["test"], "%.2f ± %.2f" % (r["tps"], r["tps_std"]), fmt_number(r["tps_req"]),
-                    "—" if r["ttft_ms"] is None else "%.0f ms" % r["ttft_ms"]] for r in rows])
+    return markdown_table(["Test", "t/s (total)", "t/s (per request)", "TTFT"],
+                          [[r["test"], "%.2f ± %.2f" % (r["tps"], r["tps_std"]), fmt_number(r["tps_req"]),
+                            "—" if r["ttft_ms"] is None else "%.0f ms" % r["ttft_ms"]] for r in rows])

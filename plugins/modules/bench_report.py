@@ -46,7 +46,7 @@ EXAMPLES = r"""
 - name: Write the report
   dgxspark.cluster.bench_report:
     raw: "{{ bench_raw }}"
-    dest: "{{ playbook_dir }}/../reports/bench"
+    dest: "{{ bench_report_controller_dir }}"
     name: "{{ bench_run_name }}"
 """
 

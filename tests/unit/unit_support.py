@@ -84,14 +84,15 @@ _TEMPLATE_ROLE_VARS = textwrap.dedent(
 )
 
 
-def template_role_vars(role, cases):
+def template_role_vars(role, cases, cwd=None):
     """Template a role's defaults and vars as ansible-core does in a play: for each
     case (variables, {name: expression}) the expressions' values, or "ERROR ..."
     where one fails. One subprocess with the collection loader installed, so the
-    role's dgxspark.cluster.* filters resolve; every case in one start (about 1.5 s)."""
+    role's dgxspark.cluster.* filters resolve; every case in one start (about 1.5 s).
+    O(cwd) is the working directory of that process, as ansible-playbook's would be."""
     done = subprocess.run(
         [sys.executable, "-c", _TEMPLATE_ROLE_VARS, str(REPO_ROOT), role], input=json.dumps(cases),
-        capture_output=True, text=True, check=False,
+        capture_output=True, text=True, check=False, cwd=cwd,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)

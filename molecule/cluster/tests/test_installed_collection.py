@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import tarfile
 
@@ -64,3 +65,14 @@ def test_installed_collection_converges_the_cluster_with_no_change(tmp_path):
     recap = {host: (changed, failed) for host, changed, failed in
              re.findall(r"^(spark\d)\s+:.*?changed=(\d+)\s.*?failed=(\d+)", output, re.MULTILINE)}
     assert recap == dict.fromkeys(("spark1", "spark2", "spark3", "spark4"), ("0", "0")), recap
+
+    # The layout comparison, shipped: it reads the runs from and writes beside them in
+    # reports/bench of the working directory, never inside the installed collection.
+    reports = tmp_path / "run" / "reports" / "bench"
+    reports.mkdir(parents=True)
+    for fixture in sorted((ROOT / "tests" / "unit" / "fixtures" / "bench" / "reports").glob("*.json")):
+        shutil.copy(fixture, reports)
+    output = run("ansible-playbook", "dgxspark.cluster.bench_compare", "-i", "localhost,")
+    assert re.search(r"^localhost\s+: ok=2\s+changed=1\s", output, re.MULTILINE), output[-2000:]
+    assert sorted(path.suffix for path in reports.glob("compare-*")) == [".json", ".md", ".png"]
+    assert not list((tmp_path / "collections").rglob("reports")), "a report landed in the installed collection"

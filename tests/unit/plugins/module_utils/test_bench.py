@@ -4,15 +4,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 import struct
-import subprocess
 import zlib
 
 import pytest
 
-from unit_support import FIXTURES, REPO_ROOT
+from unit_support import FIXTURES
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _bench
 from ansible_collections.dgxspark.cluster.plugins.module_utils._png import line_plot
@@ -165,43 +163,6 @@ def test_a_wrong_answer_fails_the_quality_gate():
     assert not summary["quality_passed"]
     assert summary["quality"][0]["answer"] == "41"
     assert "| 12+30= | `\\b42\\b` | 41 | WRONG |" in _bench.markdown(raw, summary)
-
-
-def report(profile, scale=1.0):
-    raw = raw_run(profile)
-    summary = _bench.build_summary(raw)
-    for entry in summary["waves"]:
-        entry["aggregate_tps"] = entry["aggregate_tps"] * scale
-    return dict(raw, summary=summary)
-
-
-def test_compare_refuses_different_profiles_unless_forced():
-    with pytest.raises(_bench.BenchError, match="not comparable"):
-        _bench.compare(report("field"), report("community"))
-    text = _bench.compare(report("field"), report("community"), force=True)
-    assert "Profiles differ" in text
-
-
-def test_compare_puts_both_runs_side_by_side():
-    text = _bench.compare(report("field"), report("field", scale=1.5))
-    assert "| cold | 2 | 0.300s | 0.300s | 10.00 tok/s | 10.00 tok/s | 11.00 | 16.50 | +50.0% | — | — |" in text
-    assert "| ctx 1000 | 1 | " in text and text.split("| ctx 1000 | 1 | ")[1].split("\n")[0].endswith("| 50.00% | 50.00% |")
-    assert "quality" not in text
-
-
-def test_bench_compare_tool_writes_markdown_and_png(tmp_path):
-    first, second = tmp_path / "a.json", tmp_path / "b.json"
-    first.write_text(json.dumps(report("field")))
-    second.write_text(json.dumps(report("community")))
-    tool = str(REPO_ROOT / "tools" / "bench-compare")
-    refused = subprocess.run([tool, str(first), str(second), "--out", str(tmp_path / "c")],
-                             capture_output=True, text=True, check=False)
-    assert refused.returncode == 2 and "--force" in refused.stderr
-    forced = subprocess.run([tool, str(first), str(second), "--force", "--out", str(tmp_path / "c")],
-                            capture_output=True, text=True, check=False)
-    assert forced.returncode == 0, forced.stderr
-    assert (tmp_path / "c.md").read_text().startswith("# Benchmark comparison")
-    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_png_is_a_valid_image_with_the_lines_drawn():
