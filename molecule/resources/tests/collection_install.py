@@ -18,11 +18,19 @@ import io
 import json
 import os
 import re
+import shutil
+import sys
 import tarfile
 from pathlib import Path
 
 # Where `pip install ansible` puts the collections it bundles.
 BUNDLE = Path(str(importlib.metadata.distribution("ansible").locate_file("ansible_collections")))
+
+
+def galaxy():
+    """The ansible-galaxy of the interpreter running this, where PATH leads elsewhere or nowhere."""
+    beside = Path(sys.executable).parent / "ansible-galaxy"
+    return str(beside) if beside.is_file() else shutil.which("ansible-galaxy") or "ansible-galaxy"
 
 
 def isolated_env(collections_path):
@@ -36,7 +44,7 @@ def isolated_env(collections_path):
 
 def build(root, output_dir, run):
     """Build the collection at O(root) into O(output_dir); the tarball's path."""
-    built = run("ansible-galaxy", "collection", "build", "--output-path", str(output_dir), str(root))
+    built = run(galaxy(), "collection", "build", "--output-path", str(output_dir), str(root))
     return Path(re.search(r"^Created collection for \S+ at (\S+\.tar\.gz)$", built, re.MULTILINE).group(1))
 
 
@@ -110,7 +118,7 @@ def install_offline(tarball, collections_path, run):
     packed_dir = Path(collections_path).parent / "dependency-tarballs"
     packed_dir.mkdir(exist_ok=True)
     packed = [str(pack_bundled(fqcn, packed_dir)) for fqcn in dependencies]
-    run("ansible-galaxy", "collection", "install", "--offline", "-p", str(collections_path), str(tarball), *packed)
+    run(galaxy(), "collection", "install", "--offline", "-p", str(collections_path), str(tarball), *packed)
     return dependencies
 
 
@@ -118,7 +126,7 @@ def visible_collections(run):
     """What `ansible-galaxy collection list` shows: {collections path: [namespace.name, ...]},
     ansible-core's own ansible.builtin left out."""
     visible, path = {}, None
-    for line in run("ansible-galaxy", "collection", "list").splitlines():
+    for line in run(galaxy(), "collection", "list").splitlines():
         heading = re.match(r"^# (\S+)", line)
         if heading:
             path = heading.group(1)
