@@ -8,6 +8,7 @@ environment and the tarball it installs."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import tarfile
@@ -54,7 +55,7 @@ def collections_used(root, paths, known):
             text = CORE_IMPORT.sub("", text)
         for match in DOTTED.finditer(text):
             parts = match.group(0).split(".")
-            for first, second in zip(parts, parts[1:]):
+            for first, second in itertools.pairwise(parts):
                 if "%s.%s" % (first, second) in known:
                     used.setdefault("%s.%s" % (first, second), set()).add("%s: %s" % (path, match.group(0)))
                     break
