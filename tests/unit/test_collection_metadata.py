@@ -157,7 +157,7 @@ def test_the_changelog_has_released_nothing_newer_than_galaxy_yml_and_fragments_
 
 
 def test_every_fragment_is_for_the_next_release_and_uses_the_configured_sections():
-    sections = {name for name, _ in CHANGELOG_CONFIG["sections"]}
+    sections = {section[0] for section in CHANGELOG_CONFIG["sections"]}
     assert fragments()
     for path in fragments():
         # A version in the name would claim another release than galaxy.yml's.
@@ -169,8 +169,8 @@ def test_every_fragment_is_for_the_next_release_and_uses_the_configured_sections
                 assert isinstance(entries, str), (path.name, section)
             else:
                 assert section in sections, (path.name, section)
-                assert isinstance(entries, list) and all(isinstance(entry, str) for entry in entries), (path.name,
-                                                                                                         section)
+                assert isinstance(entries, list), (path.name, section)
+                assert all(isinstance(entry, str) for entry in entries), (path.name, section)
 
 
 def test_no_plugin_or_role_was_added_in_a_version_newer_than_galaxy_yml():

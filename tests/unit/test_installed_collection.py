@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -44,20 +45,21 @@ class User:
 def installed(tmp_path_factory):
     user = User(tmp_path_factory.mktemp("installed"))
     tarball = collection_install.build(REPO_ROOT, user.cwd.parent, user.run)
-    return user, tarball, collection_install.install_offline(tarball, user.collections, user.run)
+    return SimpleNamespace(user=user, tarball=tarball,
+                           dependencies=collection_install.install_offline(tarball, user.collections, user.run))
 
 
 def test_the_tarball_is_named_after_galaxy_yml_and_declares_what_it_was_built_with(installed):
-    _, tarball, dependencies = installed
-    info = collection_install.collection_info(tarball)
-    assert tarball.name == "dgxspark-cluster-%s.tar.gz" % info["version"]
-    assert sorted(info["dependencies"]) == dependencies
+    info = collection_install.collection_info(installed.tarball)
+    assert installed.tarball.name == "dgxspark-cluster-%s.tar.gz" % info["version"]
+    assert sorted(info["dependencies"]) == installed.dependencies
 
 
 def test_only_the_installed_collections_are_visible(installed):
-    user, _, dependencies = installed
+    user = installed.user
     visible = collection_install.visible_collections(user.run)
-    assert visible == {str(user.collections / "ansible_collections"): sorted(["dgxspark.cluster", *dependencies])}
+    assert visible == {str(user.collections / "ansible_collections"):
+                       sorted(["dgxspark.cluster", *installed.dependencies])}
     assert "config file = None" in user.run("ansible-playbook", "--version")
 
 
@@ -65,14 +67,14 @@ def test_only_the_installed_collections_are_visible(installed):
 def test_every_playbook_resolves_from_the_installed_collection(installed, playbook):
     # Roles, modules and filters of statically imported tasks must all resolve (a module of a collection that
     # is not installed fails here); include_tasks files are covered by test_collection_metadata.py's scan.
-    user, _, _ = installed
+    user = installed.user
     assert "playbook: " in user.run("ansible-playbook", "--syntax-check", "dgxspark.cluster." + playbook,
                                     "-i", str(REPO_ROOT / "inventory" / "sample"))
 
 
 def test_a_playbook_missing_from_the_installed_path_does_not_resolve(installed):
     # The check above can fail: a name the installed collections do not hold is refused.
-    user, _, _ = installed
+    user = installed.user
     result = subprocess.run(["ansible-playbook", "--syntax-check", "dgxspark.cluster.no_such_playbook",
                              "-i", str(REPO_ROOT / "inventory" / "sample")], cwd=user.cwd, env=user.env,
                             capture_output=True, text=True, timeout=120, check=False)
