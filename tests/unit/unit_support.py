@@ -17,11 +17,20 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STANDINS = REPO_ROOT / "molecule" / "resources" / "standins"
+HARNESS_TESTS = REPO_ROOT / "molecule" / "resources" / "tests"
 FIXTURES = REPO_ROOT / "tests" / "unit" / "fixtures"
 
 
 def load_cx7_standin():
     spec = importlib.util.spec_from_file_location("cx7_sysfs_standin", STANDINS / "cx7_sysfs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_collection_install():
+    """molecule/resources/tests/collection_install.py: the offline build and install of the collection."""
+    spec = importlib.util.spec_from_file_location("collection_install", HARNESS_TESTS / "collection_install.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

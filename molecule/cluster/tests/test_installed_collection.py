@@ -1,18 +1,19 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The collection as users install it: the built tarball, installed with
-ansible-galaxy into a fresh path, drives the converged cluster by FQCN
-(dgxspark.cluster.site) with no ansible.cfg of the checkout and no other
-collection, and changes nothing."""
+ansible-galaxy into a fresh path together with the collections it declares
+(none, or those of the `ansible` bundle, offline), drives the converged
+cluster by FQCN (dgxspark.cluster.site) with no ansible.cfg of the checkout
+and no collection but those, and changes nothing."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import tarfile
 
+import collection_install
 from helpers import ROOT, flat
 
 testinfra_hosts = ["local://"]
@@ -33,9 +34,8 @@ NOT_SHIPPED = (".cache/", ".venv/", "reports/", "molecule/", "tools/", "inventor
 
 
 def test_installed_collection_converges_the_cluster_with_no_change(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"), ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false",
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    collections = tmp_path / "collections"
+    env = collection_install.isolated_env(collections)
 
     def run(*cmd):
         # A fresh directory as the working directory: no ansible.cfg is found there.
@@ -45,20 +45,18 @@ def test_installed_collection_converges_the_cluster_with_no_change(tmp_path):
         return result.stdout
 
     (tmp_path / "run").mkdir()
-    run("ansible-galaxy", "collection", "build", "--output-path", str(tmp_path), str(ROOT))
-    (tarball,) = tmp_path.glob("dgxspark-cluster-*.tar.gz")
+    tarball = collection_install.build(ROOT, tmp_path, run)
     with tarfile.open(tarball) as archive:
         shipped = [member.name + "/" if member.isdir() else member.name for member in archive.getmembers()]
     assert not [name for name in shipped if name.startswith(NOT_SHIPPED)]
     assert "playbooks/site.yml" in shipped and "LICENSE" in shipped
 
-    run("ansible-galaxy", "collection", "install", "-p", str(tmp_path / "collections"), str(tarball))
+    dependencies = collection_install.install_offline(tarball, collections, run)
     assert "config file = None" in run("ansible-playbook", "--version")
-    # The only collection Ansible sees is the installed one: the checkout is out of reach.
-    listed = run("ansible-galaxy", "collection", "list")
-    paths = [path for path in re.findall(r"^# (\S+)", listed, re.MULTILINE) if "/ansible/_internal/" not in path]
-    assert paths == [str(tmp_path / "collections" / "ansible_collections")], listed
-    assert "dgxspark.cluster" in listed
+    # The only collections Ansible sees are the installed ones: the checkout and the bundle are out of reach,
+    # so site.yml below proves that the declared dependencies are all it needs.
+    visible = collection_install.visible_collections(run)
+    assert visible == {str(collections / "ansible_collections"): sorted(["dgxspark.cluster", *dependencies])}, visible
 
     env.update(INSTALLED_USER_ENV)
     output = run("ansible-playbook", "dgxspark.cluster.site", "-i", str(ROOT / "inventory" / "simulated"))

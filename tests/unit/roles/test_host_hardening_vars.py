@@ -59,6 +59,8 @@ SCRIPT = textwrap.dedent(
                 "units": {"earlyoom": {"enabled": True, "active": True}}, "commands": commands, "disks": []}, files
 
     DECISIONS = ("earlyoom_missing", "earlyoom_restart", "sshd_reload", "sysctl_differs", "differs")
+    tasks = loader.load_from_file(sys.argv[1] + "/roles/host_hardening/tasks/converge.yml", trusted_as_template=True)
+    (apply_task,) = [task for task in tasks if task["name"] == "Host hardening | Apply the kernel memory reserve"]
     out = {"read": render("{{ host_hardening_read_spec }}", host_hardening_sysctl_apply=True),
            "read_unapplied": render("{{ host_hardening_read_spec }}", host_hardening_sysctl_apply=False)}
     for name, apply, change in json.loads(sys.stdin.read()):
@@ -69,6 +71,11 @@ SCRIPT = textwrap.dedent(
         out[name]["pending"] = render("{{ host_hardening_files_pending }}", host_hardening_state=state,
                                       host_hardening_sysctl_apply=apply)
         out[name]["files"] = files
+        out[name]["apply"] = {
+            "runs": render("{{ %s }}" % apply_task["when"], host_hardening_state=state, host_hardening_sysctl_apply=apply),
+            "argv": render(apply_task["ansible.builtin.command"]["argv"], ansible_check_mode=False),
+            "argv_check_mode": render(apply_task["ansible.builtin.command"]["argv"], ansible_check_mode=True),
+            "changed_when": apply_task["changed_when"], "check_mode": apply_task["check_mode"]}
     print(json.dumps(plain(out)))
     """
 )
@@ -131,6 +138,17 @@ def test_each_difference_takes_the_change_path_for_its_own_step(results, name, d
     if name == "not_installed":
         others -= {"earlyoom_restart"}
     assert not any(results[name][d] for d in others), results[name]
+
+
+def test_the_kernel_values_are_loaded_from_the_written_file_only_where_the_read_found_them_differ(results):
+    apply = results["kernel_differs"]["apply"]
+    assert apply["runs"] is True
+    assert apply["argv"] == ["sysctl", "--load=/etc/sysctl.d/60-dgxspark-memory.conf"]
+    # Check mode changes nothing on the node and still reports the change.
+    assert apply["argv_check_mode"] == ["true"]
+    assert (apply["changed_when"], apply["check_mode"]) == (True, False)
+    for name in ("converged", "converged_unapplied", "old_args", "dropin_edited"):
+        assert results[name]["apply"]["runs"] is False, name
 
 
 def test_an_edited_file_is_pending(results):
