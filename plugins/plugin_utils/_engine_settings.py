@@ -129,11 +129,16 @@ SETTINGS = (
                            "description": "sha256 of the file on the controller, 64 lowercase hex digits."},
             }},
             doc=["Files bind-mounted read-only over the image's, each checked by its sha256 on the controller before "
-                 "anything changes and on the node before every start."]),
+                 "anything changes and on the node before every start.",
+                 "For example the DSpark shared_experts.gate_up_proj fix: C(src: files/dspark.py), C(dest: "
+                 "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/models/dspark.py), C(sha256:) the "
+                 "sha256sum of C(files/dspark.py)."]),
     Setting("start_timeout", "int", 1500, minimum=1,
-            doc="Seconds from the coordinated start until the head must answer a checked completion."),
+            doc="Seconds from the coordinated start until the head must answer a checked completion; a "
+                "DeepSeek-V4-Flash TP=4 start takes about 9 minutes."),
     Setting("stop_timeout", "int", 10, minimum=0,
-            doc="Seconds a rank gets to exit after SIGTERM before it is killed."),
+            doc="Seconds a rank gets to exit after SIGTERM before it is killed. A rank holds no state worth waiting "
+                "for; the stop is part of every restart's serving gap."),
 )
 
 SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
