@@ -16,13 +16,31 @@ description:
   - A setting is never left out because a line naming it is missing; a setting whose variable is not defined
     fails the lookup, naming the variable. The engine_service role's C(defaults/main.yml) defines every one.
   - A value that templates to C(omit) leaves its setting out, which the engine checks report as not set.
-options: {}
+  - With O(host_vars), another role reads the engine's settings of a host (C(hostvars[host])), where the engine
+    role's defaults are not defined; a setting the host does not set takes its row's default.
+options:
+  host_vars:
+    description:
+      - The variables of an engine host, C(hostvars[host]), to read instead of the play's; V({}) for none, which gives
+        every row's default.
+      - Only settings whose default is a plain value (not a template) can be read this way.
+    type: raw
+  names:
+    description: The settings to return, without the C(engine_service_) prefix; every setting when not given.
+    type: list
+    elements: str
 """
 
 EXAMPLES = r"""
 - name: Render the arguments of this rank
   ansible.builtin.set_fact:
     engine_argv: "{{ lookup('dgxspark.cluster.engine_settings') | dgxspark.cluster.engine_rank_argv(0, '192.168.200.11') }}"
+
+- name: Read the layout of the first engine host from another role
+  ansible.builtin.set_fact:
+    engine_layout: >-
+      {{ lookup('dgxspark.cluster.engine_settings', host_vars=hostvars[groups['dgxspark_cluster'][0]],
+                names=['tensor_parallel_size', 'replicas', 'api_port']) }}
 """
 
 RETURN = r"""
@@ -35,20 +53,16 @@ _raw:
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import SETTINGS, VARIABLE_PREFIX
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import EngineConfigError, read_settings
 
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         if terms:
             raise AnsibleLookupError("engine_settings takes no terms; it reads every engine setting itself")
-        variables = variables or {}
-        missing = [VARIABLE_PREFIX + setting.name for setting in SETTINGS if VARIABLE_PREFIX + setting.name not in variables]
-        if missing:
-            raise AnsibleLookupError(
-                "%s %s not defined; every engine setting needs its variable (roles/engine_service/defaults/main.yml "
-                "defines them all, written by tools/engine-settings)"
-                % (" and ".join(missing), "is" if len(missing) == 1 else "are")
-            )
-        raw = {setting.name: variables[VARIABLE_PREFIX + setting.name] for setting in SETTINGS}
-        return [self._templar.template(raw)]
+        self.set_options(var_options=variables, direct=kwargs)
+        try:
+            return [read_settings(variables or {}, self._templar.template, host_vars=self.get_option("host_vars"),
+                                  names=self.get_option("names"))]
+        except EngineConfigError as exc:
+            raise AnsibleLookupError("engine_settings: %s" % exc) from exc

@@ -13,6 +13,7 @@ a unit test keeps them equal).
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections import namedtuple
@@ -291,3 +292,40 @@ def setting_problem(setting, value):
         return None
     fix = "; leave it unset %s" % setting.unset if setting.unset else ""
     return "%s %r is not %s%s" % (name, value, expectation(setting), fix)
+
+
+def read_settings(variables, template, host_vars=None, names=None):
+    """The settings O(names) (every row when None), without their prefix, as one mapping.
+
+    Read from O(variables) (a play's, the role's defaults among them) through
+    O(template), failing for a setting without a variable rather than leaving
+    it out; or, given O(host_vars) (C(hostvars[host]), which templates what it
+    returns), from a host's variables, a setting the host leaves out taking
+    its row's default, which must then be a plain value.
+    """
+    unknown = [name for name in names or () if name not in SETTINGS_BY_NAME]
+    if unknown:
+        raise EngineConfigError("%s is not an engine setting" % ", ".join(unknown))
+    settings = SETTINGS if names is None else [SETTINGS_BY_NAME[name] for name in names]
+    if host_vars is not None:
+        values = {}
+        for setting in settings:
+            name = VARIABLE_PREFIX + setting.name
+            if name in host_vars:
+                values[setting.name] = host_vars[name]
+            elif isinstance(setting.default, str) and "{{" in setting.default:
+                raise EngineConfigError(
+                    "%s is not set for the host and its default is a template, which only the engine_service "
+                    "role's play can template" % name
+                )
+            else:
+                values[setting.name] = copy.deepcopy(setting.default)
+        return values
+    missing = [VARIABLE_PREFIX + setting.name for setting in settings if VARIABLE_PREFIX + setting.name not in variables]
+    if missing:
+        raise EngineConfigError(
+            "%s %s not defined; every engine setting needs its variable (roles/engine_service/defaults/main.yml "
+            "defines them all, written by tools/engine-settings)"
+            % (" and ".join(missing), "is" if len(missing) == 1 else "are")
+        )
+    return template({setting.name: variables[VARIABLE_PREFIX + setting.name] for setting in settings})

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from ansible.errors import AnsibleLookupError
 
 from unit_support import REPO_ROOT, template_role_vars
 
-from ansible_collections.dgxspark.cluster.plugins.lookup.engine_settings import LookupModule
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import SETTINGS
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import (
+    SETTINGS,
+    EngineConfigError,
+    read_settings,
+)
 
 
 def plan(*addresses):
@@ -124,18 +126,27 @@ def test_the_settings_map_holds_every_row_from_its_variable():
     assert "image" not in omitted["settings"]
 
 
-class _PlainTemplar:
-    def template(self, value):
-        return value
+def _plain(value):
+    return value
 
 
-def test_a_setting_without_a_variable_fails_the_lookup_naming_it():
+def test_a_setting_without_a_variable_fails_naming_it():
     variables = {"engine_service_" + setting.name: setting.default for setting in SETTINGS}
-    lookup = LookupModule(templar=_PlainTemplar())
-    assert lookup.run([], variables) == [{setting.name: setting.default for setting in SETTINGS}]
+    assert read_settings(variables, _plain) == {setting.name: setting.default for setting in SETTINGS}
     del variables["engine_service_block_size"]
     del variables["engine_service_moe_backend"]
-    with pytest.raises(AnsibleLookupError, match="engine_service_block_size and engine_service_moe_backend are not defined"):
-        lookup.run([], variables)
-    with pytest.raises(AnsibleLookupError, match="takes no terms"):
-        lookup.run(["block_size"], variables)
+    with pytest.raises(EngineConfigError, match="engine_service_block_size and engine_service_moe_backend are not defined"):
+        read_settings(variables, _plain)
+    (result,) = template_role_vars("engine_service", [({}, {"error": "{{ lookup('dgxspark.cluster.engine_settings', 'x') }}"})])
+    assert "engine_settings takes no terms" in result["error"]
+
+
+def test_another_role_reads_a_hosts_settings_with_the_rows_defaults():
+    names = ["tensor_parallel_size", "api_port", "max_num_seqs"]
+    assert read_settings({}, None, host_vars={"engine_service_api_port": 9000}, names=names) == {
+        "tensor_parallel_size": 4, "api_port": 9000, "max_num_seqs": 16}
+    assert read_settings({}, None, host_vars={}, names=["replicas"]) == {"replicas": 1}
+    with pytest.raises(EngineConfigError, match="engine_service_image is not set for the host and its default is a template"):
+        read_settings({}, None, host_vars={}, names=["image"])
+    with pytest.raises(EngineConfigError, match="max_num_sequences is not an engine setting"):
+        read_settings({}, None, host_vars={}, names=["max_num_sequences"])
