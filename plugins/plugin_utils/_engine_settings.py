@@ -118,9 +118,6 @@ SETTINGS = (
             unset=VLLM_DEFAULT,
             doc="C(--enable-chunked-prefill) (true) or C(--no-enable-chunked-prefill) (false); null leaves the flag "
                 "out."),
-    Setting("max_num_partial_prefills", "int", None, flag="--max-num-partial-prefills", render="value", minimum=1,
-            maximum=64, unset=OMIT,
-            doc="C(--max-num-partial-prefills), 1-64 prefills chunked at once; null leaves the flag out."),
     Setting("extra_args", "list", ["--disable-custom-all-reduce", "--no-scheduler-reserve-full-isl"],
             spec={"elements": "str"},
             doc="Further vLLM arguments, one per item; a flag the role renders from a setting above is refused."),

@@ -205,14 +205,6 @@ def test_a_switch_set_false_renders_its_no_form(key, value, expected):
     assert expected.replace("--no-", "--") not in argv
 
 
-def test_partial_prefills_render_after_chunked_prefill():
-    argv = rank_argv(settings(max_num_partial_prefills=2), 0, HEAD_ADDRESS)
-    assert argv[argv.index("--enable-chunked-prefill") + 1:argv.index("--enable-chunked-prefill") + 3] == [
-        "--max-num-partial-prefills", "2"]
-    assert engine_config_problems(cluster(max_num_partial_prefills=65)) == [
-        "engine_service_max_num_partial_prefills 65 is not an integer from 1 to 64; leave it unset to omit the option"]
-
-
 def test_empty_json_mappings_are_left_out():
     argv = rank_argv(settings(compilation_config={}, speculative_config={}), 0, HEAD_ADDRESS)
     assert "--compilation-config" not in argv and "--speculative-config" not in argv
