@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: engine_settings
-author: Contributors to the dgxspark.cluster collection
+author: Contributors to the dgxspark.cluster collection (!UNKNOWN)
 version_added: "0.1.0"
 short_description: The engine settings of a host, as the engine configuration filters take them
 description:

@@ -172,6 +172,7 @@ MANAGED_FLAGS = _managed_flags()
 # collection computes and renders as its own flag.
 _CAPTURE_SIZE_KEYS = ("max_cudagraph_capture_size", "cudagraph_capture_sizes")
 
+
 class EngineConfigError(ValueError):
     """Raised when an argv or exec line cannot be rendered from the input."""
 
