@@ -21,6 +21,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_container
 )
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import (
     _TUNING_OPTIONS,
+    SETTINGS_BY_NAME,
     EngineConfigError,
     _is_int,
     _is_positive_int,
@@ -77,12 +78,16 @@ def replica_layout(settings, rank):
     return {"replica": replica, "node_rank": node_rank, "head_rank": replica * tensor_parallel}
 
 
-def _option_arguments(flag, kind, value):
-    if kind == "switch":
-        return [flag if value else "--no-" + flag[2:]]
-    if kind == "json":
-        return [flag, _render_json(value)]
-    return [flag, str(value)]
+def _option_arguments(setting, value):
+    if setting.render == "switch":
+        return [setting.flag if value else "--no-" + setting.flag[2:]]
+    if setting.render == "json":
+        return [setting.flag, _render_json(value)]
+    return [setting.flag, str(value)]
+
+
+def _flag(name):
+    return SETTINGS_BY_NAME[name].flag
 
 
 def rank_argv(settings, rank, master_address):
@@ -105,26 +110,25 @@ def rank_argv(settings, rank, master_address):
 
     argv = ["serve", settings["model"]]
     if _present(settings, "served_model_name"):
-        argv += ["--served-model-name", settings["served_model_name"]]
+        argv += [_flag("served_model_name"), settings["served_model_name"]]
     argv += [
-        "--tensor-parallel-size", str(tensor_parallel),
+        _flag("tensor_parallel_size"), str(tensor_parallel),
         "--nnodes", str(tensor_parallel),
         "--node-rank", str(layout["node_rank"]),
         "--master-addr", master_address,
-        "--master-port", str(settings["master_port"]),
+        _flag("master_port"), str(settings["master_port"]),
     ]
     if layout["node_rank"]:
         argv.append("--headless")
     else:
-        argv += ["--host", API_HOST, "--port", str(settings["api_port"])]
+        argv += ["--host", API_HOST, _flag("api_port"), str(settings["api_port"])]
 
     values = dict(settings, max_cudagraph_capture_size=effective_cudagraph_capture_size(settings))
-    for key in ("compilation_config", "speculative_config"):
-        if not values.get(key):
-            values[key] = None
-    for key, flag, kind in _TUNING_OPTIONS:
-        if values.get(key) is not None:
-            argv += _option_arguments(flag, kind, values[key])
+    for setting in _TUNING_OPTIONS:
+        value = values.get(setting.name)
+        # An empty JSON mapping is left out like null.
+        if value is not None and not (setting.render == "json" and not value):
+            argv += _option_arguments(setting, value)
     argv += list(settings.get("extra_args") or [])
     return argv
 

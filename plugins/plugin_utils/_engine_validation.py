@@ -14,21 +14,28 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_container
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import (
     _CAPTURE_SIZE_KEYS,
     _DIGEST_PINNED,
-    _REQUIRED,
     _SHA256,
     ADDRESS_VARIABLE,
     MANAGED_FLAGS,
-    MAX_PORT,
-    MIN_PORT,
     RANK_VARIABLE,
+    SETTINGS,
+    SETTINGS_BY_NAME,
     EngineConfigError,
     _is_int,
     _is_positive_int,
-    _present,
     _render_json,
     _speculative_tokens,
     _variable,
+    setting_problem,
 )
+
+# The settings the capture size rule reads; it checks them itself, so that
+# the capture size filter refuses what the preflight refuses.
+_CAPTURE_SIZE_SETTINGS = ("max_num_seqs", "speculative_config", "allow_small_cudagraph_capture_size",
+                          "max_cudagraph_capture_size")
+
+# The ports that must differ from each other.
+_PORT_SETTINGS = ("master_port", "api_port")
 
 
 def _json_setting_problems(settings, key):
@@ -54,8 +61,8 @@ def _capture_size_problems(settings):
     if seqs is None:
         problems.append("%s is not set; it bounds the decode batch and the CUDA graph capture size" % _variable("max_num_seqs"))
         arithmetic_possible = False
-    elif not _is_positive_int(seqs):
-        problems.append("%s %r is not a positive integer" % (_variable("max_num_seqs"), seqs))
+    elif setting_problem(SETTINGS_BY_NAME["max_num_seqs"], seqs):
+        problems.append(setting_problem(SETTINGS_BY_NAME["max_num_seqs"], seqs))
         arithmetic_possible = False
 
     speculative_problems = _json_setting_problems(settings, "speculative_config")
@@ -87,15 +94,17 @@ def _capture_size_problems(settings):
                 )
 
     allow_small = settings.get("allow_small_cudagraph_capture_size")
-    if allow_small is not None and not isinstance(allow_small, bool):
-        problems.append("%s %r is not true or false" % (_variable("allow_small_cudagraph_capture_size"), allow_small))
+    problem = setting_problem(SETTINGS_BY_NAME["allow_small_cudagraph_capture_size"], allow_small)
+    if problem:
+        problems.append(problem)
 
     explicit = settings.get("max_cudagraph_capture_size")
     if explicit is None:
         return problems
     name = _variable("max_cudagraph_capture_size")
-    if not _is_positive_int(explicit):
-        problems.append("%s %r is not a positive integer; leave it unset for the default" % (name, explicit))
+    problem = setting_problem(SETTINGS_BY_NAME["max_cudagraph_capture_size"], explicit)
+    if problem:
+        problems.append(problem)
         return problems
     if not arithmetic_possible:
         return problems
@@ -125,22 +134,16 @@ def _capture_size_problems(settings):
 
 
 def _port_problems(settings):
-    problems = []
-    ports = {}
-    for key in ("master_port", "api_port"):
-        value = settings.get(key)
-        if value is None:
-            continue
-        if not _is_int(value) or not MIN_PORT <= value <= MAX_PORT:
-            problems.append("%s %r is not a port (%d-%d)" % (_variable(key), value, MIN_PORT, MAX_PORT))
-        else:
-            ports[key] = value
-    if len(ports) == 2 and ports["master_port"] == ports["api_port"]:
-        problems.append(
+    """The rendezvous and the API on one port; each port's own range is its row's."""
+    ports = [settings.get(key) for key in _PORT_SETTINGS]
+    if any(port is None or setting_problem(SETTINGS_BY_NAME[key], port) for key, port in zip(_PORT_SETTINGS, ports)):
+        return []
+    if ports[0] == ports[1]:
+        return [
             "%s and %s are both %d; the rendezvous and the API need different ports"
-            % (_variable("master_port"), _variable("api_port"), ports["api_port"])
-        )
-    return problems
+            % (_variable("master_port"), _variable("api_port"), ports[1])
+        ]
+    return []
 
 
 def _flag_name(argument):
@@ -221,52 +224,33 @@ def _patch_problems(settings):
     return problems
 
 
-def _settings_problems(settings):
+def _row_problems(settings):
+    """The generic checks of every setting by its row, but the capture size rule's own."""
     problems = []
-    for key in _REQUIRED:
-        if key != "max_num_seqs" and not _present(settings, key):
-            problems.append("%s is not set" % _variable(key))
+    for setting in SETTINGS:
+        if setting.name in _CAPTURE_SIZE_SETTINGS or setting.kind == "list":
+            continue
+        if setting.kind == "json":
+            if setting.required and settings.get(setting.name) is None:
+                problems.append("%s is not set" % _variable(setting.name))
+            problems.extend(_json_setting_problems(settings, setting.name))
+            continue
+        problem = setting_problem(setting, settings.get(setting.name))
+        if problem:
+            problems.append(problem)
+    return problems
 
-    for key in ("tensor_parallel_size", "replicas"):
-        value = settings.get(key)
-        if value is not None and not _is_positive_int(value):
-            problems.append("%s %r is not a positive integer" % (_variable(key), value))
 
-    model = settings.get("model")
-    if model is not None and (not isinstance(model, str) or not model.strip()):
-        problems.append("%s %r is not a Hugging Face model id or a path inside the container" % (_variable("model"), model))
+def _settings_problems(settings):
+    problems = _row_problems(settings)
 
     image = settings.get("image")
-    if image is not None and (not isinstance(image, str) or not _DIGEST_PINNED.match(image)):
+    if isinstance(image, str) and image.strip() and not _DIGEST_PINNED.match(image):
         problems.append(
             "%s %r is not pinned by digest; pin it as name@sha256:<64 hex digits> so every node runs the same build"
             % (_variable("image"), image)
         )
 
-    for key in ("served_model_name", "kv_cache_dtype", "attention_backend", "moe_backend"):
-        value = settings.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            problems.append("%s %r is not a non-empty string; leave it unset to omit the option" % (_variable(key), value))
-
-    for key in ("max_model_len", "block_size", "max_num_batched_tokens"):
-        value = settings.get(key)
-        if value is not None and not _is_positive_int(value):
-            problems.append("%s %r is not a positive integer; leave it unset to omit the option" % (_variable(key), value))
-
-    for key in ("enable_prefix_caching", "async_scheduling", "enable_chunked_prefill"):
-        value = settings.get(key)
-        if value is not None and not isinstance(value, bool):
-            problems.append("%s %r is not true or false; leave it unset for vLLM's default" % (_variable(key), value))
-
-    utilization = settings.get("gpu_memory_utilization")
-    if utilization is not None and (
-        isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1
-    ):
-        problems.append(
-            "%s %r is not a fraction above 0 and at most 1" % (_variable("gpu_memory_utilization"), utilization)
-        )
-
-    problems.extend(_json_setting_problems(settings, "compilation_config"))
     problems.extend(_capture_size_problems(settings))
     problems.extend(_port_problems(settings))
     problems.extend(_extra_args_problems(settings))

@@ -357,7 +357,7 @@ BAD_INVENTORIES = [
     (
         "API port out of range",
         cluster(api_port=80000),
-        ["engine_service_api_port 80000 is not a port (1-65535)"],
+        ["engine_service_api_port 80000 is not an integer from 1 to 65535"],
     ),
     (
         "rendezvous and API on one port",
@@ -368,12 +368,12 @@ BAD_INVENTORIES = [
     (
         "memory utilization above 1",
         cluster(gpu_memory_utilization=1.5),
-        ["engine_service_gpu_memory_utilization 1.5 is not a fraction above 0 and at most 1"],
+        ["engine_service_gpu_memory_utilization 1.5 is not a number above 0 and at most 1; leave it unset to omit the option"],
     ),
     (
         "memory utilization of 0",
         cluster(gpu_memory_utilization=0),
-        ["engine_service_gpu_memory_utilization 0 is not a fraction above 0 and at most 1"],
+        ["engine_service_gpu_memory_utilization 0 is not a number above 0 and at most 1; leave it unset to omit the option"],
     ),
     (
         "extra_args repeat a rendered flag with a value",
