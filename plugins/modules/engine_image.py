@@ -65,9 +65,9 @@ options:
     type: str
   insecure_registries:
     description:
-      - With O(state=available), the C(insecure-registries) of the node's Docker daemon (V(host[:port]) or a CIDR):
-        a registry listed there, or on a loopback address, is asked over HTTPS without certificate checks and then
-        over plain HTTP, as the daemon pulls from it.
+      - With O(state=available), the C(insecure-registries) of the node's Docker daemon, each V(host[:port]) or a
+        CIDR. A registry listed there, or on a loopback address, is asked over HTTPS without certificate checks and
+        then over plain HTTP, as the daemon pulls from it.
     type: list
     elements: str
     default: []

@@ -226,6 +226,6 @@ def placeholder_message(groups):
         return ""
     lines = ["The inventory still holds %d placeholder value(s); no host was contacted. Replace them:" % len(groups)]
     for number, group in enumerate(groups, 1):
-        lines.append("(%d) %s: %s is %s (%s); put %s." % (number, group["hosts"], group["variable"],
-                                                        group["found"], group["why"], group["fix"]))
+        lines.append("(%d) %s: %s is %s (%s); put %s."
+                     % (number, group["hosts"], group["variable"], group["found"], group["why"], group["fix"]))
     return " ".join(lines)

@@ -28,6 +28,7 @@ from ansible_collections.dgxspark.cluster.plugins.modules import engine_image
 
 OTHER = "sha256:" + "9a3e4f1c0e7b" * 5 + "2d11"
 
+
 def ref(address, digest=HELD):
     return "%s/dgxspark/vllm:v1@%s" % (address, digest)
 
