@@ -128,9 +128,12 @@ class HubClient:
         path = "/".join(parts)
         return self.endpoint + "/" + path + ("?" + urlparse.urlencode(query) if query else "")
 
+    def revision_url(self, repo_id, revision):
+        return self.url("api", "models", repo_id, "revision", quote(revision))
+
     def resolve_revision(self, repo_id, revision):
         """The commit sha that O(revision) (branch, tag or sha) names."""
-        url = self.url("api", "models", repo_id, "revision", quote(revision))
+        url = self.revision_url(repo_id, revision)
         data, _link = self.get_json(url, "revision %s of %s" % (revision, repo_id))
         sha = data.get("sha") if isinstance(data, dict) else None
         if not isinstance(sha, str) or not _HEX40.match(sha):

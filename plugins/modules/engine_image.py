@@ -23,13 +23,18 @@ description:
     and points the local tag at it.
   - O(state=received) makes the local tag hold O(expected_id), loading the archive that a sending node streams on
     O(source_address):O(source_port) when it does not (see C(plugins/module_utils/_image_stream.py)).
+  - O(state=available) only asks the registry (O(registry_mirror) when given) whether it holds the digest of O(ref),
+    over the OCI distribution API (C(HEAD /v2/<name>/manifests/<digest>), with the anonymous token a C(Bearer)
+    challenge asks for), from the node and without Docker; it fails naming the URL when the registry answers 404,
+    cannot be reached or answers anything else (RV(status) is then the HTTP status, or null when unreachable).
 author: Contributors to the dgxspark.cluster collection (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
-    details: Reads the daemon's images and reports what would be pulled, tagged or received, moving nothing.
+    details: Reads the daemon's images and reports what would be pulled, tagged or received, moving nothing;
+      O(state=available) only reads and runs the same in check mode.
   diff_mode:
     support: none
   idempotent:
@@ -46,7 +51,7 @@ options:
   state:
     description: What to ensure; see the description.
     type: str
-    choices: [inspect, pulled, received]
+    choices: [available, inspect, pulled, received]
     default: pulled
   local_repository:
     description: Repository part of the local tag.
@@ -56,7 +61,20 @@ options:
     description:
       - With O(state=pulled), pull the same digest from this registry (V(host[:port][/prefix])) instead of the
         registry of O(ref). The mirror must serve the upstream repository paths, as a pull-through cache does.
+      - With O(state=available), ask this registry instead of the registry of O(ref).
     type: str
+  insecure_registries:
+    description:
+      - With O(state=available), the C(insecure-registries) of the node's Docker daemon, each V(host[:port]) or a
+        CIDR. A registry listed there, or on a loopback address, is asked over HTTPS without certificate checks and
+        then over plain HTTP, as the daemon pulls from it.
+    type: list
+    elements: str
+    default: []
+  timeout:
+    description: With O(state=available), seconds to wait for the registry to answer.
+    type: float
+    default: 30
   expected_id:
     description:
       - Image ID (V(sha256:...)) the local tag must end up holding. Required with O(state=received); with
@@ -149,10 +167,20 @@ seconds:
   type: float
   returned: always
 docker:
-  description: Path of the C(docker) CLI used.
+  description: Path of the C(docker) CLI used (null with O(state=available), which needs none).
   type: str
   returned: always
   sample: /usr/bin/docker
+url:
+  description: The manifest URL the registry was asked.
+  type: str
+  returned: when O(state=available)
+  sample: https://nvcr.io/v2/nvidia/vllm/manifests/sha256:37284a750f9a...
+status:
+  description: The registry's HTTP answer to the manifest request; null when it could not be reached.
+  type: int
+  returned: when O(state=available)
+  sample: 200
 docker_root_dir:
   description: The daemon's root directory, where images are unpacked.
   type: str
@@ -164,7 +192,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import _image, _image_stream
+from ansible_collections.dgxspark.cluster.plugins.module_utils import _image, _image_stream, _registry
 
 C_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}
 
@@ -179,7 +207,9 @@ class EngineImage:
             self.pull_ref = _image.mirror_ref(params["ref"], params["registry_mirror"])
         except ValueError as exc:
             module.fail_json(msg="engine image reference refused: %s; set engine_image_ref to the pinned form" % exc)
-        self.docker = params["docker"] or module.get_bin_path("docker", required=True)
+        # Asking a registry needs no Docker: the preflight asks before Docker is installed.
+        self.docker = None if params["state"] == "available" else (
+            params["docker"] or module.get_bin_path("docker", required=True))
         self.result = {
             "changed": False,
             "local_ref": self.local_ref,
@@ -252,6 +282,19 @@ class EngineImage:
                 local = ref_image
         self.record(local, ref_image)
 
+    def state_available(self):
+        params = self.module.params
+        client = _registry.RegistryClient(timeout=params["timeout"])
+        try:
+            answer = client.manifest_exists(params["ref"], params["registry_mirror"], params["insecure_registries"])
+        except _registry.RegistryError as exc:
+            self.result.update(url=exc.url, status=exc.status)
+            self.module.fail_json(msg=str(exc), **self.result)
+        self.result.update(url=answer["url"], status=answer["status"])
+        if not answer["exists"]:
+            self.module.fail_json(msg="%s answered HTTP 404: the registry does not hold %s"
+                                  % (answer["url"], self.pull_ref), **self.result)
+
     def state_received(self):
         params = self.module.params
         expected = params["expected_id"]
@@ -305,9 +348,11 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             ref=dict(type="str", required=True),
-            state=dict(type="str", choices=["inspect", "pulled", "received"], default="pulled"),
+            state=dict(type="str", choices=["available", "inspect", "pulled", "received"], default="pulled"),
             local_repository=dict(type="str", default=_image.DEFAULT_LOCAL_REPOSITORY),
             registry_mirror=dict(type="str"),
+            insecure_registries=dict(type="list", elements="str", default=[]),
+            timeout=dict(type="float", default=30),
             expected_id=dict(type="str"),
             source_address=dict(type="str"),
             source_port=dict(type="int", default=7070),

@@ -23,6 +23,9 @@ description:
     files reads only their metadata; a file whose metadata changed is hashed again.
   - Files in O(path) that the listing does not hold are left alone and named in RV(extra).
   - The token travels in the module arguments, never on a command line, and is sent only to O(endpoint)'s host.
+  - O(state=resolved) only asks the Hub which commit O(revision) names (C(GET /api/models/{repo}/revision/{rev})),
+    without a listing or O(path), and fails naming the URL when the Hub answers 404, refuses the token or cannot be
+    reached (RV(status) is then the HTTP status, or null when unreachable).
 author:
   - Contributors to the dgxspark.cluster collection (!UNKNOWN)
 extends_documentation_fragment:
@@ -31,15 +34,15 @@ attributes:
   check_mode:
     support: full
     details: The Hub is asked for the listing and O(path) is compared with it; nothing is downloaded or written.
+      O(state=resolved) only reads and runs the same in check mode.
   diff_mode:
     support: none
   platform:
     platforms: posix
 options:
   path:
-    description: The directory to download into; created when missing.
+    description: The directory to download into; created when missing. Required unless O(state=resolved).
     type: path
-    required: true
   repo_id:
     description: The repository, C(namespace/name).
     type: str
@@ -70,8 +73,9 @@ options:
       - V(present) downloads what is missing.
       - V(planned) only reports what would be fetched (as check mode does), for a disk-space check before the
         download.
+      - V(resolved) only asks the Hub for the commit of O(revision), for a preflight check before anything changes.
     type: str
-    choices: [present, planned]
+    choices: [present, planned, resolved]
     default: present
   listing:
     description:
@@ -116,6 +120,16 @@ commit:
   returned: success
   type: str
   sample: 0123456789abcdef0123456789abcdef01234567
+status:
+  description: With O(state=resolved), the Hub's HTTP answer (null when it could not be reached).
+  returned: when O(state=resolved)
+  type: int
+  sample: 200
+url:
+  description: With O(state=resolved), the URL the Hub was asked.
+  returned: when O(state=resolved)
+  type: str
+  sample: https://huggingface.co/api/models/deepseek-ai/DeepSeek-V4-Flash/revision/main
 files:
   description: The selected files of the listing, each with C(path), C(size), C(sha256) (LFS files, else null) and
     C(blob_oid) (the git blob SHA-1).
@@ -177,14 +191,14 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._hf_hub import (
 )
 
 ARGUMENT_SPEC = dict(
-    path=dict(type="path", required=True),
+    path=dict(type="path"),
     repo_id=dict(type="str"),
     revision=dict(type="str", default="main"),
     endpoint=dict(type="str", default="https://huggingface.co"),
     token=dict(type="str", no_log=True),
     allow_patterns=dict(type="list", elements="str", default=[]),
     ignore_patterns=dict(type="list", elements="str", default=[]),
-    state=dict(type="str", choices=["present", "planned"], default="present"),
+    state=dict(type="str", choices=["present", "planned", "resolved"], default="present"),
     listing=dict(type="dict"),
     timeout=dict(type="int", default=60),
 )
@@ -204,14 +218,30 @@ def extra_files(root, listed):
     return sorted(found)
 
 
+def resolved(module, p):
+    """O(state=resolved): the commit O(revision) names, or a failure naming the URL and the Hub's answer."""
+    if not p["endpoint"].startswith(("https://", "http://")):
+        module.fail_json(msg="endpoint is %r; expected an http(s) URL such as https://huggingface.co" % p["endpoint"])
+    client = HubClient(p["endpoint"], p["token"], timeout=p["timeout"])
+    url = client.revision_url(p["repo_id"], p["revision"])
+    try:
+        sha = client.resolve_revision(p["repo_id"], p["revision"])
+    except HubError as exc:
+        module.fail_json(msg="%s: %s" % (url, exc), url=url, status=exc.status)
+    module.exit_json(changed=False, commit=sha, url=url, status=200)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
-        required_if=[("state", "present", ("repo_id",))],
+        required_if=[("state", "present", ("repo_id", "path")), ("state", "planned", ("path",)),
+                     ("state", "resolved", ("repo_id",))],
         required_one_of=[("repo_id", "listing")],
         supports_check_mode=True,
     )
     p = module.params
+    if p["state"] == "resolved":
+        resolved(module, p)
     root = p["path"]
     if p["listing"] is not None and p["state"] != "planned":
         module.fail_json(msg="listing is given, so the Hub is not asked and nothing can be downloaded; "

@@ -13,7 +13,9 @@ import subprocess
 import sys
 import textwrap
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib import parse as urlparse
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STANDINS = REPO_ROOT / "molecule" / "resources" / "standins"
@@ -105,3 +107,68 @@ def template_role_vars(role, cases, cwd=None):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
+
+
+REGISTRY_DIGEST_HELD = "sha256:" + "4f1c9a0e7b2d" * 5 + "9a3e"
+REGISTRY_TOKEN = "anonymous-pull-token"
+
+
+class _FakeRegistry(BaseHTTPRequestHandler):
+    """``/v2/dgxspark/vllm/manifests/<digest>`` and ``/token``; what it was asked goes to
+    ``server.requests``."""
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self, status, headers=None, body=b""):
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _handle(self):
+        server = self.server
+        url = urlparse.urlsplit(self.path)
+        server.requests.append((self.command, url.path, dict(self.headers)))
+        if url.path == "/token":
+            query = urlparse.parse_qs(url.query)
+            if query != {"service": ["fake-registry"], "scope": ["repository:dgxspark/vllm:pull"]}:
+                return self._answer(400)
+            return self._answer(200, {"Content-Type": "application/json"}, json.dumps({"token": REGISTRY_TOKEN}).encode())
+        if self.command == "HEAD" and server.no_head:
+            return self._answer(405)
+        if server.auth and self.headers.get("Authorization") != "Bearer " + REGISTRY_TOKEN:
+            challenge = 'Bearer realm="%s/token",service="fake-registry",scope="repository:dgxspark/vllm:pull"' % (
+                server.base)
+            return self._answer(401, {"WWW-Authenticate": challenge})
+        if server.fail:
+            return self._answer(server.fail)
+        prefix = "/v2/dgxspark/vllm/manifests/"
+        if url.path == prefix + REGISTRY_DIGEST_HELD:
+            return self._answer(200, {"Docker-Content-Digest": REGISTRY_DIGEST_HELD,
+                                      "Content-Type": "application/vnd.oci.image.index.v1+json"}, b"{}")
+        return self._answer(404, {"Content-Type": "application/json"}, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}')
+
+    do_GET = do_HEAD = _handle
+
+
+@contextlib.contextmanager
+def served_registry(auth=True, no_head=False, fail=None):
+    """A registry on the loopback holding dgxspark/vllm at REGISTRY_DIGEST_HELD only: 401 with a Bearer
+    challenge until the anonymous token of its /token comes along (O(auth)), 405 to HEAD (O(no_head)),
+    or O(fail) as the status of every manifest request; C(address), C(base) and C(requests)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeRegistry)
+    server.auth, server.no_head, server.fail, server.requests = auth, no_head, fail, []
+    server.address = "127.0.0.1:%d" % server.server_address[1]
+    server.base = "http://" + server.address
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

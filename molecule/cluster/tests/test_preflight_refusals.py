@@ -6,11 +6,12 @@ simulated cluster."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import pytest
 
-from helpers import assert_nothing_changed, run_playbook
+from helpers import assert_nothing_changed, flat, group_vars, run_playbook
 
 testinfra_hosts = ["local://"]
 
@@ -59,3 +60,55 @@ def test_site_refuses_unsuitable_nodes(extra_vars, message):
     output = " ".join(result.stdout.split())
     assert re.search(message, output), output[-3000:]
     assert_nothing_changed(result)
+
+
+# The preflight asks the simulated upstream (sim-upstream: the registry on :5000,
+# plain HTTP, and the Hub stand-in on :8080) from the nodes that will fetch.
+# spark1 is both the image's source (engine_image_strategy spread) and the
+# weights' download node (the first host of the play).
+NOT_PUSHED = "sha256:" + hashlib.sha256(b"an image never pushed to sim-upstream").hexdigest()
+NOT_ON_HUB = hashlib.sha256(b"a commit the Hub stand-in does not have").hexdigest()[:40]
+
+
+def unpushed_ref():
+    # The simulated image's repository, at a digest the registry does not hold.
+    return group_vars()["sim_engine_image_refs"]["v1"].rpartition("@")[0] + "@" + NOT_PUSHED
+
+
+def test_site_refuses_a_digest_the_registry_lacks_before_changing_anything():
+    ref = unpushed_ref()
+    result = run_playbook("site.yml", extra_vars={"engine_image_ref": ref})
+    out = flat(result.stdout)
+    assert result.returncode != 0
+    # The repository of a RepoDigests entry has no tag: <registry>/<name>.
+    registry, _slash, name = ref.rpartition("@")[0].partition("/")
+    assert ("spark1: engine_image_ref is %s, which this node would pull: http://%s/v2/%s/manifests/%s answered HTTP "
+            "404: the registry does not hold %s. Push the image you tested there, or put the digest of the image you "
+            "tested in engine_image_ref" % (ref, registry, name, NOT_PUSHED, ref)) in out, out[-3000:]
+    assert "PLAY [Node software" not in result.stdout
+    assert_nothing_changed(result)
+
+
+def test_site_refuses_a_revision_the_hub_lacks_before_changing_anything():
+    result = run_playbook("site.yml", extra_vars={"model_weights_hf_revision": NOT_ON_HUB})
+    out = flat(result.stdout)
+    assert result.returncode != 0
+    endpoint, repo_id = group_vars()["model_weights_hf_endpoint"], group_vars()["model_weights_hf_repo_id"]
+    assert ("spark1: model_weights_hf_revision is %s of model_weights_hf_repo_id %s, which this node would download: "
+            "%s/api/models/%s/revision/%s: revision %s of %s: HTTP 404 RevisionNotFound" % (
+                NOT_ON_HUB, repo_id, endpoint, repo_id, NOT_ON_HUB, NOT_ON_HUB, repo_id)) in out, out[-3000:]
+    assert "Put the commit hash of the revision you tested in model_weights_hf_revision" in out
+    assert "PLAY [Node software" not in result.stdout
+    assert_nothing_changed(result)
+
+
+def test_with_the_upstream_check_off_a_run_gets_past_the_preflight():
+    # The same unpushed digest: the preflight no longer asks, so the run reaches the
+    # engine image play, where the pull fails as it did before the check existed.
+    ref = unpushed_ref()
+    result = run_playbook("site.yml", extra_vars={"engine_image_ref": ref, "preflight_check_upstream": False})
+    out = flat(result.stdout)
+    assert result.returncode != 0
+    assert "which this node would pull" not in out
+    assert "PLAY [Node software" in result.stdout and "PLAY [Engine image" in result.stdout, out[-3000:]
+    assert "pulling %s failed" % ref in out, out[-3000:]

@@ -157,3 +157,49 @@ def test_a_directory_that_cannot_be_created_fails_with_a_message(capsys, hub, tm
     assert result["msg"].startswith("cannot write the weights under %s: " % out)
     assert "Not a directory" in result["msg"]
     assert hub.downloads() == []
+
+
+# --- state=resolved: the preflight's question, without a path -----------------------
+
+
+def resolve(capsys, endpoint, revision, token=TOKEN, repo_id=REPO):
+    return run(capsys, repo_id=repo_id, revision=revision, endpoint=endpoint, token=token, state="resolved", timeout=5)
+
+
+def test_resolved_names_the_commit_of_a_revision_the_hub_knows(capsys, hub):
+    result = resolve(capsys, hub.endpoint, "main")
+    assert not result.get("failed") and result["changed"] is False
+    assert (result["commit"], result["status"]) == (hub.repo.sha, 200)
+    assert result["url"] == "%s/api/models/%s/revision/main" % (hub.endpoint, REPO)
+    assert hub.downloads() == []
+
+
+def test_resolved_fails_on_a_revision_the_hub_lacks(capsys, hub):
+    missing = "6e4d3c2b1a0f9e8d7c6b5a49382716f5e4d3c2b1"
+    result = resolve(capsys, hub.endpoint, missing)
+    assert result["failed"] is True and result["status"] == 404
+    assert result["msg"].startswith("%s/api/models/%s/revision/%s: " % (hub.endpoint, REPO, missing))
+    assert "check model_weights_hf_repo_id and model_weights_hf_revision" in result["msg"]
+
+
+def test_resolved_fails_on_a_refused_token_without_showing_it(capsys, hub):
+    secret = "hf_wrong_secret_value_43"
+    with patch_module_args(dict(repo_id=REPO, endpoint=hub.endpoint, token=secret, state="resolved")), \
+            pytest.raises(SystemExit):
+        hf_snapshot.main()
+    out = capsys.readouterr().out
+    result = json.loads(out)
+    assert result["failed"] is True and result["status"] == 401
+    assert "the token in model_weights_hf_token was refused" in result["msg"]
+    assert secret not in out
+
+
+def test_resolved_fails_on_an_unreachable_hub_with_a_null_status(capsys):
+    result = resolve(capsys, "http://127.0.0.1:9", "main")
+    assert result["failed"] is True and result["status"] is None
+    assert "cannot reach http://127.0.0.1:9" in result["msg"]
+
+
+def test_resolved_needs_no_path_but_the_other_states_do(capsys):
+    result = run(capsys, repo_id=REPO, endpoint="http://127.0.0.1:9", state="planned")
+    assert result["failed"] is True and "path" in result["msg"]

@@ -1,0 +1,81 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The entry playbooks refuse the sample inventory's placeholders on the controller, before
+any host is contacted; the simulated inventory passes the same check. Each case is one
+ansible-playbook run from the checkout (a few seconds, no node needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from unit_support import REPO_ROOT
+
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+SAMPLE_HOSTS = ["spark1", "spark2", "spark3", "spark4"]
+# Every placeholder of inventory/sample, as the refusal names it.
+SAMPLE_PLACEHOLDERS = [
+    "spark1..spark4: engine_image_ref is registry.example.com/vllm/vllm-dspark-gb10:production-3.75@sha256:"
+    + "0" * 64 + " (the registry registry.example.com is a name under the reserved domain example.com",
+    "spark1..spark4: engine_image_ref is sha256:" + "0" * 64 + " (a digest of one repeated hex digit)",
+    "spark1..spark4: model_weights_hf_revision is 0123456789abcdef0123456789abcdef01234567 (a revision that is a "
+    "run of consecutive hex digits)",
+    "spark1..spark4: engine_service_api_key is not set",
+]
+
+
+def run(inventory, playbook, *args):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_FORCE_COLOR="0")
+    done = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(REPO_ROOT / "playbooks" / playbook),
+                           *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return done, " ".join(done.stdout.split())
+
+
+def recap_hosts(stdout):
+    recap = stdout.partition("PLAY RECAP")[2]
+    return re.findall(r"^(\S+)\s+: ok=", recap, re.MULTILINE)
+
+
+@pytest.mark.parametrize("playbook", ["site.yml", "restart.yml"])
+def test_the_sample_inventory_is_refused_before_any_host_is_contacted(playbook):
+    done, output = run(REPO_ROOT / "inventory" / "sample", playbook)
+    assert done.returncode != 0, output[-3000:]
+    assert "The inventory still holds 8 placeholder value(s); no host was contacted." in output, output[-3000:]
+    for placeholder in SAMPLE_PLACEHOLDERS:
+        assert placeholder in output, placeholder
+    assert ("spark1..spark4: ansible_host is 192.0.2.11" not in output
+            and "spark1: ansible_host is 192.0.2.11 (an address of the documentation range 192.0.2.0/24" in output
+            and "spark4: ansible_host is 192.0.2.14" in output)
+    # Only the controller ran a task: no cluster host is in the recap.
+    assert recap_hosts(done.stdout) == ["localhost"], done.stdout[-2000:]
+
+
+def test_a_host_vars_override_is_judged_per_host(tmp_path):
+    inventory = tmp_path / "inventory"
+    shutil.copytree(REPO_ROOT / "inventory" / "sample", inventory)
+    (inventory / "host_vars").mkdir()
+    (inventory / "host_vars" / "spark3.yml").write_text(
+        "---\nansible_host: 10.10.0.13\nmodel_weights_hf_revision: 5d3c2b1a0f9e8d7c6b5a49382716f5e4d3c2b1a0\n")
+    done, output = run(inventory, "inventory_check.yml")
+    assert done.returncode != 0, output[-3000:]
+    assert "spark1, spark2, spark4: model_weights_hf_revision is 0123456789abcdef" in output, output[-3000:]
+    assert "spark3: ansible_host" not in output and "spark3: model_weights_hf_revision" not in output
+    assert "spark1..spark4: engine_service_api_key is not set" in output
+
+
+def test_the_simulated_inventory_passes():
+    # prepare_upstream.yml writes the image references of the simulated registry; a
+    # stand-in of the same shape here.
+    refs = {"sim_engine_image_refs": {"v1": "192.168.99.5:5000/dgxspark/vllm-sim@sha256:" + "4f1c9a0e7b2d" * 5 + "9a3e"}}
+    done, output = run(REPO_ROOT / "inventory" / "simulated" / "hosts.yml", "inventory_check.yml",
+                       "-e", json.dumps(refs))
+    assert done.returncode == 0, output[-3000:]
+    assert recap_hosts(done.stdout) == ["localhost"]
