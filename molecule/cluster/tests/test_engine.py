@@ -24,6 +24,8 @@ from helpers import (
     inventory_hosts,
     node_state,
     run_playbook,
+    run_summary,
+    run_summary_curl,
     unit_state,
 )
 
@@ -177,6 +179,22 @@ def test_a_rerun_of_site_yml_restarts_nothing_and_measures_no_fabric_again():
     # The fabric report is a measurement: an unchanged fabric is not measured again.
     assert "Fabric report not measured again" in flat(result.stdout)
     assert report.stat().st_mtime == report_before
+    # The last play's summary: the balancer's address (the TP=4 lane has one
+    # upstream behind it), the model, the layout, the version every rank runs,
+    # each part's time, and a curl that answers with the key read from the vault.
+    summary = run_summary(result.stdout)
+    head = inventory_hosts()["spark1"]["ansible_host"]
+    assert "API: http://%s:8080/v1 (the balancer on spark1, in front of spark1)" % head in summary, summary
+    assert "Model: %s" % group_vars()["engine_service_served_model_name"] in summary, summary
+    assert "Layout: one TP=4 lane (spark1, spark2, spark3, spark4; head spark1)" in summary, summary
+    assert "Engine: version %s on every rank; nothing restarted." % deployed_record("spark1")["version"] in summary, summary
+    total = next(line for line in summary if line.startswith("Total: "))
+    parts = summary[summary.index("Parts (wall time):") + 1:summary.index(total)]
+    assert [part.split()[0] for part in parts] == ["preflight", "driver", "runtime", "hardening", "fabric", "fabric_report",
+                                                   "image", "weights", "engine", "monitoring", "balancer"], parts
+    assert all(re.fullmatch(r"\S+\s+\d+\.\d s", part) for part in parts), parts
+    assert API_KEY not in result.stdout
+    assert run_summary_curl(summary) == "200"
 
 
 def test_watchdogs_stopped_by_hand_come_back_without_a_restart():

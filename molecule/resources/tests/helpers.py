@@ -54,6 +54,31 @@ def run_playbook(playbook, *args, extra_vars=None, check=False, timeout=900, env
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def run_summary(output, playbook="site.yml"):
+    """The summary the last play of site.yml or restart.yml printed: its lines, stripped,
+    from its title to the PLAY RECAP (the debug shows it as one literal block)."""
+    lines = output.splitlines()
+    starts = [index for index, line in enumerate(lines) if line.strip().startswith(playbook + " summary")]
+    assert starts, "no %s summary in the output:\n%s" % (playbook, output[-3000:])
+    summary = []
+    for line in lines[starts[-1]:]:
+        if line.startswith("PLAY RECAP"):
+            break
+        if line.strip():
+            summary.append(line.strip())
+    return summary
+
+
+def run_summary_curl(summary):
+    """HTTP status of the summary's "Try it" curl, run as a person would: in the checkout,
+    with its ansible.cfg (which names the simulated inventory's vault identity)."""
+    (line,) = [line[len("Try it: "):] for line in summary if line.startswith("Try it: curl ")]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    done = subprocess.run(["bash", "-c", line + " -o /dev/null -w '%{http_code}'"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    return done.stdout.strip() or done.stderr.strip()
+
+
 def assert_nothing_changed(result):
     """The PLAY RECAP of a refused run: every node of the inventory listed with changed=0."""
     recap = dict(re.findall(r"^(spark\d)\s+:.*?changed=(\d+)", result.stdout, re.MULTILINE))

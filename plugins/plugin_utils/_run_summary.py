@@ -1,0 +1,254 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The parts of an entry playbook, the tags that choose them, and the summary its last play prints.
+
+Every part of ``site.yml`` and ``restart.yml`` carries its own tag (:data:`PARTS`); the checks
+and the reads the running parts rely on carry ``always``. :func:`part_selection_problems`
+refuses ``--tags``/``--skip-tags`` that name no part of the playbook or would skip those checks;
+:func:`part_runs` says whether a part's tag is chosen, as ansible-core decides it for a task tagged
+with that part only. :func:`run_summary` writes the lines a person acts on: where the API is, a
+``curl`` of ``/v1/models`` that reads the API key from the inventory's vault (the key itself never
+reaches it), the model, the layout, the engine version and the wall time of each part. Standard
+library only, unit-tested without Ansible.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+# The parts in the order site.yml runs them, each with what it does.
+PARTS = (
+    ("preflight", "inventory, node and input checks"),
+    ("driver", "NVIDIA driver"),
+    ("runtime", "Docker and the NVIDIA Container Toolkit"),
+    ("hardening", "earlyoom, sshd, memory reserve, journald"),
+    ("fabric", "RoCE fabric links"),
+    ("fabric_report", "full-mesh fabric report"),
+    ("image", "engine image"),
+    ("weights", "model weights"),
+    ("engine", "engine units, validation, start"),
+    ("monitoring", "Prometheus and the collectors"),
+    ("balancer", "nginx in front of the replicas"),
+)
+PART_NAMES = tuple(name for name, _what in PARTS)
+# The parts of each entry playbook that prints the summary, in the order it runs them.
+PLAYBOOK_PARTS = {
+    "site.yml": PART_NAMES,
+    "restart.yml": ("preflight", "image", "weights", "engine"),
+}
+# Tags ansible-core gives a meaning of its own that a selection may name.
+_RUN_TAGS_ALLOWED = {"all", "always"}
+# What protects every part: a run never skips it.
+_NEVER_SKIPPED = ("always", "preflight")
+# Names of the engine host variables the summary reads; nothing else of a host is looked at.
+API_KEY_VARIABLE = "engine_service_api_key"
+
+
+class RunSummaryError(Exception):
+    """Inputs the parts or the summary cannot be worked out from."""
+
+
+def _tags(value, option):
+    if value is None:
+        return []
+    if isinstance(value, str) or not all(isinstance(tag, str) for tag in value):
+        raise RunSummaryError("%s must be a list of tag names, found %r" % (option, value))
+    return list(value)
+
+
+def part_runs(part, run_tags, skip_tags):
+    """Whether part O(part) runs under O(run_tags) (C(ansible_run_tags)) and O(skip_tags)
+    (C(ansible_skip_tags)): as ansible-core decides it for a task tagged O(part) alone. The
+    preflight part always runs (its checks carry C(always); skipping it is refused)."""
+    if part in _NEVER_SKIPPED:
+        return True
+    run = set(_tags(run_tags, "ansible_run_tags")) or {"all"}
+    skip = set(_tags(skip_tags, "ansible_skip_tags"))
+    chosen = "all" in run or "tagged" in run or part in run
+    return chosen and not ("all" in skip or "tagged" in skip or part in skip)
+
+
+def playbook_parts(playbook):
+    """The parts of entry playbook O(playbook) (V(site.yml), V(restart.yml)), in order."""
+    if playbook not in PLAYBOOK_PARTS:
+        raise RunSummaryError("%r is no entry playbook with parts; expected one of: %s"
+                              % (playbook, ", ".join(sorted(PLAYBOOK_PARTS))))
+    return list(PLAYBOOK_PARTS[playbook])
+
+
+def part_selection_problems(run_tags, skip_tags, playbook="site.yml"):
+    """Messages for a tag selection that entry playbook O(playbook) refuses; [] when every
+    part it names is one of the playbook's and nothing protective is skipped."""
+    parts = playbook_parts(playbook)
+    problems = []
+    listing = ", ".join(parts)
+    skippable = ", ".join(part for part in parts if part not in _NEVER_SKIPPED)
+    for option, tags, allowed in (("--tags", _tags(run_tags, "ansible_run_tags"), _RUN_TAGS_ALLOWED),
+                                  ("--skip-tags", _tags(skip_tags, "ansible_skip_tags"), set())):
+        for tag in tags:
+            if option == "--skip-tags" and tag in _NEVER_SKIPPED:
+                problems.append(
+                    "--skip-tags %s: the preflight checks and the reads every part relies on (tagged always) protect"
+                    " the parts that run, so they always run. To run fewer parts, skip some of %s or name the ones"
+                    " to run with --tags." % (tag, skippable))
+            elif tag not in parts and tag not in allowed:
+                problems.append("%s %s: %s has no part %s; its parts are: %s." % (option, tag, playbook, tag, listing))
+    return problems
+
+
+def _true(value):
+    """A boolean fact, also as the text a template may leave it in."""
+    return value is True or (isinstance(value, str) and value.lower() == "true")
+
+
+def _number(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def _seconds(value):
+    return "%.1f s" % value
+
+
+def _part_times(marks, finished):
+    """Seconds per part from O(marks), [part, epoch seconds] in the order the run noted them; each
+    mark's time runs until the next one, the last one's until O(finished)."""
+    times = {}
+    if not isinstance(marks, list):
+        raise RunSummaryError("the part marks must be a list of [part, seconds], found %r" % (marks,))
+    for index, mark in enumerate(marks):
+        if not isinstance(mark, (list, tuple)) or len(mark) != 2:
+            raise RunSummaryError("part mark %r is not [part, seconds]" % (mark,))
+        part, started = mark
+        ended = marks[index + 1][1] if index + 1 < len(marks) else finished
+        times[part] = times.get(part, 0.0) + max(0.0, float(ended) - float(started))
+    return times
+
+
+def _selection_text(run_tags, skip_tags):
+    words = []
+    run = [tag for tag in _tags(run_tags, "ansible_run_tags") if tag != "all"]
+    if run:
+        words.append("--tags " + ",".join(run))
+    skip = _tags(skip_tags, "ansible_skip_tags")
+    if skip:
+        words.append("--skip-tags " + ",".join(skip))
+    return " ".join(words)
+
+
+def _engine_hosts(hosts):
+    """(host, its facts) of every engine host, in rank order."""
+    if not isinstance(hosts, dict) or not hosts:
+        raise RunSummaryError("no engine hosts: the summary needs the engine group's hosts and their facts")
+    ranked = []
+    for host, facts in hosts.items():
+        rank = facts.get("engine_service_rank")
+        ranked.append((rank if isinstance(rank, int) else len(hosts), host, facts))
+    return [(host, facts) for _rank, host, facts in sorted(ranked, key=lambda item: (item[0], item[1]))]
+
+
+def _layout_line(heads, ranks, api):
+    tensor_parallel = _number(api.get("tensor_parallel_size"))
+    replicas = _number(api.get("replicas"))
+    if replicas == 1:
+        return "Layout: one TP=%s lane (%s; head %s)" % (tensor_parallel, ", ".join(ranks), heads[0][0])
+    return "Layout: %s replicas of TP=%s (heads %s)" % (replicas, tensor_parallel, ", ".join(host for host, _api in heads))
+
+
+def _engine_line(engine_hosts, engine_ran, check_mode):
+    deployed = sorted({facts.get("engine_service_deployed_version") or "nothing" for _host, facts in engine_hosts})
+    wanted = sorted({facts.get("engine_service_version") or "unknown" for _host, facts in engine_hosts})
+    reasons = [reason for _host, facts in engine_hosts for reason in facts.get("engine_service_start_reasons") or []]
+    runs = "version %s on every rank" % deployed[0] if len(deployed) == 1 else "versions %s" % ", ".join(deployed)
+    if not reasons:
+        return "Engine: %s; nothing restarted." % runs
+    if check_mode:
+        return "Engine: %s; a real run would start %s (%s)." % (runs, ", ".join(wanted), "; ".join(reasons))
+    if not engine_ran:
+        return "Engine: %s; the engine part did not run, so %s is not started (%s)." % (
+            runs, ", ".join(wanted), "; ".join(reasons))
+    return "Engine: %s, started in this run (%s)." % (runs, "; ".join(reasons))
+
+
+def _curl_line(url, api_key_required, key_host, inventory_sources):
+    """A curl of /v1/models; the key, when the engine demands one, is read from the inventory's
+    vault by an ad-hoc debug on the controller (no connection to the node), never written here.
+    No double quote or backslash, so the line reads the same in the JSON and YAML result formats."""
+    command = "curl -sS"
+    if api_key_required:
+        inventories = " ".join("-i " + shlex.quote(source) for source in inventory_sources)
+        reader = ("ANSIBLE_CALLBACK_RESULT_FORMAT=json ansible %s %s -m ansible.builtin.debug -a var=%s 2>/dev/null"
+                  " | sed -n '/_api_key/{s/.*: .//;s/,$//;s/.$//;p;}'"
+                  % (shlex.quote(key_host), inventories, API_KEY_VARIABLE))
+        command += " --oauth2-bearer $(%s)" % reader
+    return "%s %s" % (command, shlex.quote(url + "/v1/models"))
+
+
+def run_summary(run, hosts):
+    """The lines of the summary at the end of an entry playbook.
+
+    O(run) holds C(playbook) (its parts are listed in that order), C(run_tags) and C(skip_tags)
+    (C(ansible_run_tags), C(ansible_skip_tags)), C(marks) ([part, epoch seconds] noted at the start
+    of each part's plays), C(finished) (epoch seconds), C(check_mode), C(inventory_sources) and
+    C(balancer) (the balancer role's C(balancer_endpoint): C(host), C(url), C(serving); none when
+    unknown). O(hosts) maps each engine host to its variables; only C(engine_service_rank),
+    C(engine_service_is_head), C(engine_service_api), C(engine_service_version),
+    C(engine_service_deployed_version) and C(engine_service_start_reasons) are read.
+    """
+    if not isinstance(run, dict):
+        raise RunSummaryError("the run must be a mapping, found %r" % (run,))
+    playbook = run.get("playbook", "site.yml")
+    parts = playbook_parts(playbook)
+    run_tags, skip_tags = run.get("run_tags"), run.get("skip_tags")
+    check_mode = bool(run.get("check_mode"))
+    engine_hosts = _engine_hosts(hosts)
+    heads = [(host, facts.get("engine_service_api") or {}) for host, facts in engine_hosts
+             if _true(facts.get("engine_service_is_head"))]
+    if not heads:
+        raise RunSummaryError("no engine host is a replica head (engine_service_is_head): the engine_service role's"
+                              " facts are missing")
+    head_api = heads[0][1]
+    balancer = run.get("balancer") or {}
+
+    lines = ["%s summary%s" % (playbook,
+                               " (check mode: nothing was changed)" if check_mode else "")]
+    if balancer.get("url") and (_true(balancer.get("serving")) or check_mode):
+        behind = ", ".join(host for host, _api in heads)
+        state = "" if _true(balancer.get("serving")) else ", once a run without --check installs it"
+        lines.append("API: %s/v1 (the balancer on %s, in front of %s%s)" % (balancer["url"], balancer.get("host"), behind, state))
+        url = balancer["url"]
+    else:
+        for host, api in heads:
+            lines.append("API: %s/v1 (the head of replica %s on %s; no balancer serves)" % (api.get("url"), api.get("replica"), host))
+        if balancer.get("url"):
+            lines.append("(the balancer on %s does not serve %s: not installed or running, or its file is not the"
+                         " inventory's; site.yml --tags balancer puts it in place)" % (balancer.get("host"), balancer["url"]))
+        url = head_api.get("url")
+    lines.append("Model: %s" % head_api.get("model"))
+    lines.append(_layout_line(heads, [host for host, _facts in engine_hosts], head_api))
+    lines.append(_engine_line(engine_hosts, "engine" in parts and part_runs("engine", run_tags, skip_tags), check_mode))
+    sources = run.get("inventory_sources") or []
+    key_required = _true(head_api.get("api_key_required"))
+    lines.append("Try it: " + _curl_line(url, key_required, heads[0][0], sources))
+    if key_required:
+        lines.append("(the key comes from %s in the inventory's vault: run it where ansible-playbook ran, with the"
+                     " same vault identity)" % API_KEY_VARIABLE)
+
+    finished = run.get("finished")
+    times = _part_times(run.get("marks") or [], finished)
+    selection = _selection_text(run_tags, skip_tags)
+    lines.append("Parts (wall time):")
+    width = max(len(part) for part in parts) if parts else 0
+    for part in parts:
+        if part_runs(part, run_tags, skip_tags):
+            took = _seconds(times[part]) if part in times else "not measured"
+        else:
+            took = "not run (%s)" % selection
+        lines.append("  %s  %s" % (part.ljust(width), took))
+    marks = run.get("marks") or []
+    if marks:
+        lines.append("Total: %s" % _seconds(max(0.0, float(finished) - float(marks[0][1]))))
+    return lines

@@ -1,0 +1,265 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible.parsing.dataloader import DataLoader
+from ansible.playbook.taggable import Taggable
+
+from ansible_collections.dgxspark.cluster.plugins.filter.run_summary import FilterModule
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._run_summary import (
+    PART_NAMES,
+    PLAYBOOK_PARTS,
+    RunSummaryError,
+    part_runs,
+    part_selection_problems,
+    run_summary,
+)
+
+SECRET = "sk-do-not-print-0123456789"
+INVENTORY = "/srv/ops/inventory/my cluster/hosts.yml"
+
+
+def api(replica, url, tensor_parallel=4, replicas=1, key=True):
+    return {"url": url, "model": "deepseek-v4-flash", "replica": replica, "replicas": replicas,
+            "tensor_parallel_size": tensor_parallel, "api_key_required": key}
+
+
+def engine_hosts(tensor_parallel=4, replicas=1, key=True, deployed="v1", wanted="v1", reasons=()):
+    """Engine hosts' variables as hostvars hold them, the API key among them."""
+    hosts = {}
+    for rank in range(tensor_parallel * replicas):
+        head_rank = rank // tensor_parallel * tensor_parallel
+        hosts["spark%d" % (rank + 1)] = {
+            "engine_service_rank": rank,
+            "engine_service_is_head": rank == head_rank,
+            "engine_service_api": api(rank // tensor_parallel, "http://10.0.0.%d:8000" % (head_rank + 11),
+                                      tensor_parallel, replicas, key),
+            "engine_service_version": wanted,
+            "engine_service_deployed_version": deployed,
+            "engine_service_start_reasons": list(reasons) if rank == 0 else [],
+            "engine_service_api_key": SECRET,
+            "model_weights_hf_token": SECRET + "-hub",
+        }
+    return hosts
+
+
+def run(**changes):
+    marks = [[part, 1000.0 + 2 * index] for index, part in enumerate(PART_NAMES)]
+    base = {"playbook": "site.yml", "run_tags": ["all"], "skip_tags": [], "marks": marks,
+            "finished": 1000.0 + 2 * len(marks) + 0.5, "check_mode": False, "inventory_sources": [INVENTORY],
+            "balancer": {"host": "spark1", "url": "http://10.0.0.11:8080", "serving": True}}
+    base.update(changes)
+    return base
+
+
+def line(lines, prefix):
+    (found,) = [text for text in lines if text.startswith(prefix)]
+    return found
+
+
+def part_line(lines, part):
+    (found,) = [text for text in lines if text.split()[:1] == [part] and text.startswith("  ")]
+    return found.split(None, 1)[1]
+
+
+class TaggedTask(Taggable):
+    """A task of its tags alone, judged by ansible-core's own Taggable.evaluate_tags."""
+
+    _loader = DataLoader()
+
+    def __init__(self, tags):
+        super().__init__()
+        self.tags = tags
+
+    def _get_all_taggable_objects(self):
+        return [self]
+
+
+# Every selection of a few tags, compared with ansible-core's own decision for
+# a task tagged with the part alone.
+SELECTIONS = [
+    (run_tags, skip_tags)
+    for run_tags in (["all"], [], ["engine"], ["image", "engine"], ["tagged"], ["always"], ["monitoring"])
+    for skip_tags in ([], ["monitoring"], ["engine"], ["all"], ["tagged"])
+]
+
+
+@pytest.mark.parametrize(("run_tags", "skip_tags"), SELECTIONS)
+def test_a_part_runs_exactly_when_ansible_core_runs_a_task_tagged_with_it(run_tags, skip_tags):
+    for part in PART_NAMES:
+        if part == "preflight":
+            continue
+        expected = TaggedTask([part]).evaluate_tags(set(run_tags), set(skip_tags), {})
+        assert part_runs(part, run_tags, skip_tags) == expected, (part, run_tags, skip_tags)
+
+
+def test_the_preflight_part_always_runs():
+    assert part_runs("preflight", ["engine"], ["monitoring"])
+    assert part_runs("preflight", ["always"], [])
+
+
+def test_a_selection_of_parts_passes():
+    assert part_selection_problems(["engine", "image"], ["monitoring"], "site.yml") == []
+    assert part_selection_problems(["all"], [], "site.yml") == []
+    assert part_selection_problems(["always"], ["image"], "restart.yml") == []
+
+
+def test_a_tag_that_is_no_part_is_refused_naming_the_parts():
+    problems = part_selection_problems(["engin"], ["monitorng"], "site.yml")
+    assert problems[0] == ("--tags engin: site.yml has no part engin; its parts are: " + ", ".join(PART_NAMES) + ".")
+    assert problems[1].startswith("--skip-tags monitorng: site.yml has no part monitorng")
+    assert part_selection_problems(["monitoring"], [], "restart.yml") == [
+        "--tags monitoring: restart.yml has no part monitoring; its parts are: preflight, image, weights, engine."]
+
+
+@pytest.mark.parametrize("tag", ["preflight", "always"])
+def test_skipping_the_checks_is_refused(tag):
+    (problem,) = part_selection_problems([], [tag], "restart.yml")
+    assert problem.startswith("--skip-tags %s: the preflight checks" % tag)
+    assert "skip some of image, weights, engine" in problem
+
+
+def test_an_unknown_playbook_is_an_error():
+    with pytest.raises(RunSummaryError, match="'bench.yml' is no entry playbook"):
+        part_selection_problems([], [], "bench.yml")
+
+
+def test_the_tp4_lane_behind_the_balancer():
+    lines = run_summary(run(), engine_hosts())
+    assert lines[0] == "site.yml summary"
+    assert line(lines, "API: ") == "API: http://10.0.0.11:8080/v1 (the balancer on spark1, in front of spark1)"
+    assert line(lines, "Model: ") == "Model: deepseek-v4-flash"
+    assert line(lines, "Layout: ") == "Layout: one TP=4 lane (spark1, spark2, spark3, spark4; head spark1)"
+    assert line(lines, "Engine: ") == "Engine: version v1 on every rank; nothing restarted."
+    assert line(lines, "Try it: ").endswith(" http://10.0.0.11:8080/v1/models")
+
+
+def test_the_fleet_without_a_balancer_names_each_head():
+    lines = run_summary(run(balancer=None), engine_hosts(tensor_parallel=2, replicas=2))
+    assert [text for text in lines if text.startswith("API: ")] == [
+        "API: http://10.0.0.11:8000/v1 (the head of replica 0 on spark1; no balancer serves)",
+        "API: http://10.0.0.13:8000/v1 (the head of replica 1 on spark3; no balancer serves)",
+    ]
+    assert line(lines, "Layout: ") == "Layout: 2 replicas of TP=2 (heads spark1, spark3)"
+    assert line(lines, "Try it: ").endswith(" http://10.0.0.11:8000/v1/models")
+
+
+def test_a_balancer_that_does_not_serve_leaves_the_heads_as_the_api():
+    lines = run_summary(run(balancer={"host": "spark1", "url": "http://10.0.0.11:8080", "serving": False}),
+                        engine_hosts(replicas=1))
+    assert line(lines, "API: ") == "API: http://10.0.0.11:8000/v1 (the head of replica 0 on spark1; no balancer serves)"
+    assert line(lines, "(the balancer on spark1 does not serve").endswith("site.yml --tags balancer puts it in place)")
+    assert line(lines, "Try it: ").endswith(" http://10.0.0.11:8000/v1/models")
+
+
+def test_facts_left_as_text_by_a_template_read_the_same():
+    hosts = engine_hosts(tensor_parallel=2, replicas=2)
+    for facts in hosts.values():
+        facts["engine_service_is_head"] = str(facts["engine_service_is_head"])
+        facts["engine_service_api"] = {key: str(value) for key, value in facts["engine_service_api"].items()}
+    assert run_summary(run(), hosts) == run_summary(run(), engine_hosts(tensor_parallel=2, replicas=2))
+
+
+def test_a_balancer_that_does_not_serve_yet_is_named_so():
+    lines = run_summary(run(balancer={"host": "lb1", "url": "http://10.0.0.5:8080", "serving": False}, check_mode=True),
+                        engine_hosts(tensor_parallel=2, replicas=2))
+    assert lines[0] == "site.yml summary (check mode: nothing was changed)"
+    assert line(lines, "API: ") == ("API: http://10.0.0.5:8080/v1 (the balancer on lb1, in front of spark1, spark3,"
+                                    " once a run without --check installs it)")
+
+
+def test_no_secret_reaches_the_text_the_curl_reads_the_key_from_the_vault():
+    lines = run_summary(run(), engine_hosts())
+    text = "\n".join(lines)
+    assert SECRET not in text
+    curl = line(lines, "Try it: ")[len("Try it: "):]
+    # The key is read by an ad-hoc debug of engine_service_api_key on the head, from the run's inventory.
+    assert curl.startswith("curl -sS --oauth2-bearer $(ANSIBLE_CALLBACK_RESULT_FORMAT=json ansible spark1 -i ")
+    assert "-m ansible.builtin.debug -a var=engine_service_api_key" in curl
+    assert "-i '%s'" % INVENTORY in curl
+    # Readable the same in the JSON and the YAML result format.
+    assert '"' not in curl and "\\" not in curl
+    assert all(text == text.rstrip() for text in lines)
+
+
+def test_the_key_reader_extracts_the_key_from_the_ad_hoc_output():
+    curl = line(run_summary(run(), engine_hosts()), "Try it: ")
+    sed = curl[curl.index("| sed ") + 2:curl.rindex(")")]
+    output = 'spark1 | SUCCESS => {\n    "changed": false,\n    "engine_service_api_key": "%s"\n}\n' % SECRET
+    done = subprocess.run(["sh", "-c", sed], input=output, capture_output=True, text=True, check=True)
+    assert done.stdout == SECRET + "\n"
+
+
+def test_an_engine_without_a_key_gets_a_plain_curl():
+    lines = run_summary(run(), engine_hosts(key=False))
+    assert line(lines, "Try it: ") == "Try it: curl -sS http://10.0.0.11:8080/v1/models"
+    assert not any("vault" in text for text in lines)
+
+
+def test_each_part_takes_the_time_until_the_next_mark_and_the_total_is_the_run():
+    marks = [["preflight", 100.0], ["driver", 101.5], ["preflight", 103.0], ["image", 103.25], ["engine", 104.0]]
+    lines = run_summary(run(marks=marks, finished=110.0), engine_hosts())
+    assert part_line(lines, "preflight") == "1.8 s"  # 1.5 s, and the engine playbook's checks 0.25 s
+    assert part_line(lines, "driver") == "1.5 s"
+    assert part_line(lines, "image") == "0.8 s"
+    assert part_line(lines, "engine") == "6.0 s"
+    assert part_line(lines, "weights") == "not measured"
+    assert line(lines, "Total: ") == "Total: 10.0 s"
+
+
+def test_parts_the_tags_leave_out_are_shown_as_not_run():
+    lines = run_summary(run(run_tags=["engine"], skip_tags=["monitoring"]), engine_hosts())
+    assert part_line(lines, "driver") == "not run (--tags engine --skip-tags monitoring)"
+    assert part_line(lines, "monitoring") == "not run (--tags engine --skip-tags monitoring)"
+    assert part_line(lines, "engine").endswith(" s")
+    assert part_line(lines, "preflight").endswith(" s")
+
+
+def test_restart_lists_its_own_parts():
+    lines = run_summary(run(playbook="restart.yml", skip_tags=["weights"]), engine_hosts())
+    assert lines[0] == "restart.yml summary"
+    listed = [text.split()[0] for text in lines[lines.index("Parts (wall time):") + 1:] if text.startswith("  ")]
+    assert listed == list(PLAYBOOK_PARTS["restart.yml"])
+    assert part_line(lines, "weights") == "not run (--skip-tags weights)"
+
+
+@pytest.mark.parametrize(("changes", "reasons", "expected"), [
+    ({}, ["spark1 runs v1, wants v2"], "Engine: version v1 on every rank, started in this run (spark1 runs v1, wants v2)."),
+    ({"check_mode": True}, ["spark1 runs v1, wants v2"],
+     "Engine: version v1 on every rank; a real run would start v2 (spark1 runs v1, wants v2)."),
+    ({"skip_tags": ["engine"]}, ["spark1 runs v1, wants v2"],
+     "Engine: version v1 on every rank; the engine part did not run, so v2 is not started (spark1 runs v1, wants v2)."),
+])
+def test_the_engine_line_says_what_this_run_did(changes, reasons, expected):
+    lines = run_summary(run(**changes), engine_hosts(wanted="v2", reasons=reasons))
+    assert line(lines, "Engine: ") == expected
+
+
+def test_missing_engine_facts_are_an_error_naming_them():
+    hosts = engine_hosts()
+    for facts in hosts.values():
+        facts["engine_service_is_head"] = False
+    with pytest.raises(RunSummaryError, match="engine_service_is_head"):
+        run_summary(run(), hosts)
+    with pytest.raises(RunSummaryError, match="no engine hosts"):
+        run_summary(run(), {})
+
+
+def test_the_filters_wrap_the_functions_and_raise_filter_errors():
+    filters = FilterModule().filters()
+    assert sorted(filters) == ["run_part_problems", "run_part_runs", "run_summary"]
+    assert filters["run_part_runs"]("image", ["engine"], []) is False
+    assert filters["run_summary"](run(), engine_hosts()) == run_summary(run(), engine_hosts())
+    with pytest.raises(AnsibleFilterError, match="no entry playbook"):
+        filters["run_part_problems"]([], [], "status.yml")
+
+
+def test_every_pair_of_parts_is_a_valid_selection_of_site_yml():
+    for pair in itertools.combinations(PLAYBOOK_PARTS["site.yml"], 2):
+        assert part_selection_problems(list(pair), [], "site.yml") == []
