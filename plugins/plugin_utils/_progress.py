@@ -49,7 +49,7 @@ def bytes_of(done, total, estimated=False):
 
 def human_duration(seconds):
     """``45s``, ``2m10s``, ``1h05m``."""
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     if seconds < 60:
         return "%ds" % seconds
     if seconds < 3600:

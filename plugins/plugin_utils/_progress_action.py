@@ -29,6 +29,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible.utils.vars import merge_hash
 from ansible.vars.clean import remove_internal_keys
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._progress import (
@@ -69,8 +70,7 @@ class ProgressActionBase(ActionBase):
         return True
 
     def progress_label(self, args, record):
-        """The words before the colon of a progress line."""
-        return None
+        """The words before the colon of a progress line; None: the record's phase."""
 
     def moved(self, result):
         """(bytes, seconds) that the step's O(result) says it moved, for the
@@ -89,10 +89,17 @@ class ProgressActionBase(ActionBase):
             return dict(result, failed=True, msg=str(exc))
         if (self._task.check_mode or self._task.async_val or not interval or args.get("progress_file")
                 or not self.wants_progress(args)):
-            # A task with async: of its own is polled by the executor, as before.
-            result.update(self._execute_module(task_vars=task_vars, wrap_async=bool(self._task.async_val)))
-            return result
+            return self._run_as_before(result, task_vars)
         result.update(self._run_followed(host, args, interval, task_vars))
+        return result
+
+    def _run_as_before(self, result, task_vars):
+        """The module run as ansible.builtin.normal runs it; a task with
+        async: of its own is polled by the executor, as before."""
+        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
+        result = merge_hash(result, self._execute_module(task_vars=task_vars, wrap_async=wrap_async))
+        if not wrap_async:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
         return result
 
     def _run_followed(self, host, args, interval, task_vars):
@@ -102,6 +109,7 @@ class ProgressActionBase(ActionBase):
         args["progress_file"] = progress_path
         # The wrapper reads its time limit from the task, as for async:; the
         # executor must not poll the result again, so it is reset at once.
+        tmpdir = self._connection._shell.tmpdir
         self._task.async_val = JOB_LIMIT_SECONDS
         try:
             started = self._execute_module(module_args=args, task_vars=task_vars, wrap_async=True)
@@ -109,6 +117,8 @@ class ProgressActionBase(ActionBase):
             self._task.async_val = 0
         job_path = started.get("results_file")
         if started.get("failed") or not job_path:
+            # The wrapper did not start the job, so nothing removes its directory but this.
+            self._remove_tmp_path(tmpdir)
             return started
         command = poll_command(progress_path, job_path)
         missing = 0

@@ -1,6 +1,6 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The actions of the long modules (hf_snapshot, engine_image): the module
+"""The actions of the long modules (hf_snapshot, engine_image, weights_rsync): the module
 runs as an async job, each poll is one shell command (here a local shell
 standing in for SSH) that reads the progress file, a line is displayed per
 poll while the job still runs, and the module's result comes back as a
@@ -13,12 +13,15 @@ import json
 import os
 import subprocess
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
+from ansible.errors import AnsibleActionSkip
 
 from ansible_collections.dgxspark.cluster.plugins.action import engine_image as engine_image_action
 from ansible_collections.dgxspark.cluster.plugins.action import hf_snapshot as hf_snapshot_action
+from ansible_collections.dgxspark.cluster.plugins.action import weights_rsync as weights_rsync_action
 from ansible_collections.dgxspark.cluster.plugins.module_utils._progress import ProgressFile
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import _progress_action
 
@@ -32,12 +35,12 @@ class Shell:
 
 
 class Job:
-    """The async job of one module run: its progress advances only after the
-    action polled, so every record can only be seen while the job runs."""
+    """The async job of one module run: its progress advances only once the
+    action displayed the line of the record before, so every line can only
+    have been displayed while the job ran."""
 
     def __init__(self, tmp_path, steps, result):
         self.tmp_path, self.steps, self.result = tmp_path, steps, result
-        self.polled = threading.Semaphore(0)
         self.job_path = str(tmp_path / "async" / "j1.42")
         self.thread = None
         self.module_args = None
@@ -57,10 +60,14 @@ class Job:
         clock = iter(range(1000, 2000, 10))
         progress = ProgressFile(self.module_args["progress_file"], "weights", total=self.steps[-1],
                                 clock=lambda: float(next(clock)))
-        for done in self.steps:
+        for index, done in enumerate(self.steps):
             progress.update(done=done, force=True)
-            assert self.polled.acquire(timeout=10)
-        self.lines_when_done = list(lines)
+            deadline = time.monotonic() + 10
+            # A poll that finds the same record again shows the same line again.
+            while len(dict.fromkeys(lines)) <= index:
+                assert time.monotonic() < deadline, "the action displayed no line of record %d" % index
+                time.sleep(0.01)
+        self.lines_when_done = list(dict.fromkeys(lines))
         temp = self.job_path + ".tmp"
         with open(temp, "w", encoding="utf-8") as handle:
             json.dump(self.result, handle)
@@ -70,9 +77,9 @@ class Job:
 def action(module, args, tmp_path, job=None, check_mode=False, async_val=0, name="hf_snapshot"):
     task = SimpleNamespace(args=args, async_val=async_val, check_mode=check_mode, action="dgxspark.cluster." + name,
                            environment=[])
-    connection = SimpleNamespace(_shell=Shell())
+    connection = SimpleNamespace(_shell=Shell(), has_native_async=False)
     plugin = module.ActionModule(task, connection, None, None, None)
-    calls = {"modules": [], "commands": [], "lines": []}
+    calls = {"modules": [], "commands": [], "lines": [], "removed": []}
 
     def execute_module(module_args=None, task_vars=None, wrap_async=False):
         calls["modules"].append({"args": dict(module_args or task.args), "wrap_async": wrap_async,
@@ -86,8 +93,6 @@ def action(module, args, tmp_path, job=None, check_mode=False, async_val=0, name
     def low_level(command, sudoable=True, executable=None, in_data=None):
         calls["commands"].append(command)
         done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
-        if job is not None and "cat " in command:
-            job.polled.release()
         return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
 
     def make_tmp_path(remote_user=None):
@@ -98,8 +103,13 @@ def action(module, args, tmp_path, job=None, check_mode=False, async_val=0, name
 
     plugin._execute_module = execute_module
     plugin._low_level_execute_command = low_level
+    def remove_tmp_path(path, force=False):
+        calls["removed"].append(path)
+
     plugin._make_tmp_path = make_tmp_path
-    plugin.sleep = lambda seconds: None
+    plugin._remove_tmp_path = remove_tmp_path
+    # Polls a little apart, not progress_interval: the test takes no longer than its job.
+    plugin.sleep = lambda seconds: time.sleep(0.05)
     return plugin, calls
 
 
@@ -134,9 +144,11 @@ def test_progress_lines_show_while_the_download_runs_and_the_result_is_the_modul
     assert started["wrap_async"] and started["async_val"] == _progress_action.JOB_LIMIT_SECONDS
     assert started["args"] == dict(args, progress_file=str(tmp_path / "ansible-tmp-1-2" / "progress.json"))
     assert plugin._task.async_val == 0
-    # Each poll was one shell command; the last one removed the job file.
+    # Each poll was one shell command, the same each time; the last command removed the job file.
     assert calls["commands"][-1] == "rm -f %s" % job.job_path and not os.path.exists(job.job_path)
-    assert len(calls["commands"]) == 5
+    assert len(set(calls["commands"][:-1])) == 1 and len(calls["commands"]) >= 4
+    # The wrapper removes the job's directory, the progress file with it.
+    assert calls["removed"] == []
 
 
 def test_a_failed_load_comes_back_as_the_module_failed_with_no_closing_line(tmp_path, shown):
@@ -171,6 +183,8 @@ def test_steps_that_move_nothing_long_run_as_before(tmp_path, shown, module, nam
     assert result == {"changed": False, "ran": "synchronously"}
     assert calls["modules"] == [{"args": args, "wrap_async": False, "async_val": 0}]
     assert calls["commands"] == [] and shown == []
+    # As ansible.builtin.normal does, the temporary directory of the run is removed.
+    assert calls["removed"] == [None]
 
 
 def test_a_task_with_async_of_its_own_is_left_to_the_executor(tmp_path, shown):
@@ -178,6 +192,8 @@ def test_a_task_with_async_of_its_own_is_left_to_the_executor(tmp_path, shown):
     plugin, calls = action(hf_snapshot_action, args, tmp_path, async_val=600)
     plugin.run(task_vars={"inventory_hostname": "spark1"})
     assert calls["modules"] == [{"args": args, "wrap_async": True, "async_val": 600}] and calls["commands"] == []
+    # The job's directory is the wrapper's to remove.
+    assert calls["removed"] == []
 
 
 def test_an_interval_that_is_not_seconds_fails_before_the_module_runs(tmp_path, shown):
@@ -187,3 +203,33 @@ def test_an_interval_that_is_not_seconds_fails_before_the_module_runs(tmp_path, 
     assert result["failed"] is True and calls["modules"] == []
     assert result["msg"] == ("spark2: model_weights_progress_interval is 'often'; expected seconds between progress "
                              "lines (a number, 0 for none)")
+
+
+def test_the_weights_sync_shows_its_bytes_and_closes_with_what_rsync_moved(tmp_path, shown):
+    module_result = {"changed": True, "rc": 0, "stdout": ">f+++++++++ model.safetensors\n", "stderr": "",
+                     "cmd": ["rsync"], "transferred_bytes": 2_000_000, "seconds": 4.0}
+    job = Job(tmp_path, [500_000, 2_000_000], module_result)
+    plugin, calls = action(weights_rsync_action, {"argv": ["rsync"], "expected_bytes": 2_000_000}, tmp_path, job=job,
+                           name="weights_rsync")
+    calls["lines"] = shown
+    result = plugin.run(task_vars={"inventory_hostname": "spark2"})
+    job.thread.join(5)
+    assert job.lines_when_done[0] == "spark2 | weights sync: 0.5 of 2.0 MB, 50.0 kB/s, 10s elapsed, ~30s left"
+    assert shown[-1] == "spark2 | weights sync: 2.0 MB in 4s, 500.0 kB/s"
+    assert result["stdout_lines"] == [">f+++++++++ model.safetensors"]
+
+
+def test_the_weights_sync_is_skipped_in_check_mode_as_a_command_is(tmp_path, shown):
+    plugin, calls = action(weights_rsync_action, {"argv": ["rsync"]}, tmp_path, check_mode=True, name="weights_rsync")
+    with pytest.raises(AnsibleActionSkip):
+        plugin.run(task_vars={"inventory_hostname": "spark2"})
+    assert calls["modules"] == [] and shown == []
+
+
+def test_a_job_the_wrapper_could_not_start_fails_as_it_said_and_leaves_no_directory(tmp_path, shown):
+    plugin, calls = action(hf_snapshot_action, {"path": "/m", "repo_id": "o/m"}, tmp_path)
+    refused = {"failed": True, "msg": "could not create directory: /root/.ansible_async - Permission denied"}
+    plugin._execute_module = lambda module_args=None, task_vars=None, wrap_async=False: dict(refused)
+    result = plugin.run(task_vars={"inventory_hostname": "spark1"})
+    assert result == refused and calls["commands"] == [] and shown == []
+    assert calls["removed"] == [str(tmp_path / "ansible-tmp-1-2")]
