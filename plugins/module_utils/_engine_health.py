@@ -380,11 +380,11 @@ def main(argv=None):
     if args.watch:
         reason = watch(args.unit, api, args.interval, args.failures, not args.no_stop)
         return EXIT_FAILURE if reason else 0
-    # The probe's report on the command line; no module runs main().
-    # pylint: disable-next=ansible-bad-function
     report = probe(args.unit, api, wait=args.wait, interval=args.poll)
     if args.journal_since is not None:
         report["phase"] = start_phase(args.unit, args.journal_since)
+    # The probe's report on the command line; no module runs main().
+    # pylint: disable-next=ansible-bad-function
     print(json.dumps(report, sort_keys=True))
     return 0
 

@@ -13,13 +13,20 @@ percentage is of every file's size, skipped ones included. Only the bytes
 are used. Every other line is kept as rsync printed it, so a caller reads
 the itemized changes and the statistics as without the progress.
 
+``run_rsync`` runs rsync and reads both of its outputs as they come.
+
 Standard library only (nodes run it on their system Python).
 """
 
 from __future__ import annotations
 
+import codecs
+import os
 import re
+import selectors
+import subprocess
 
+C_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}
 PROGRESS2 = re.compile(r"^\s*(?P<bytes>\d[\d,.']*)\s+\d+%\s+\S+/s\s+\d+:\d{2}:\d{2}(?:\s+\(.*\))?\s*$")
 
 
@@ -73,3 +80,38 @@ class RsyncOutput:
     @property
     def stdout(self):
         return "".join(line + "\n" for line in self.lines)
+
+
+def run_rsync(argv, progress):
+    """Run O(argv) (rsync) in the C locale, feeding its standard output to an
+    RsyncOutput and the bytes of each progress line to O(progress); returns
+    (rc, the RsyncOutput, standard error). What O(progress) raises kills rsync
+    and is raised again."""
+    output, errors = RsyncOutput(), []
+    decoders = {}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, **C_LOCALE))
+    try:
+        with selectors.DefaultSelector() as selector:
+            for stream in (proc.stdout, proc.stderr):
+                selector.register(stream, selectors.EVENT_READ)
+                decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
+            while selector.get_map():
+                for key, _events in selector.select():
+                    chunk = os.read(key.fileobj.fileno(), 65536)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        continue
+                    text = decoders[key.fileobj].decode(chunk)
+                    if key.fileobj is proc.stderr:
+                        errors.append(text)
+                    elif output.feed(text):
+                        progress(output.transferred)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+    output.close()
+    return proc.wait(), output, "".join(errors)

@@ -92,10 +92,6 @@ seconds:
   type: float
 """
 
-import codecs
-import os
-import selectors
-import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -106,39 +102,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._progress import 
     abandon_after,
     writer_interval,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils._rsync_output import RsyncOutput
-
-C_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}
-
-
-def run_rsync(argv, progress):
-    """Run O(argv), feeding its output to an RsyncOutput and its bytes to
-    O(progress); returns (rc, output, stderr). ProgressAbandoned stops rsync."""
-    output, errors = RsyncOutput(), []
-    decoders = {}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, **C_LOCALE))
-    try:
-        with selectors.DefaultSelector() as selector:
-            for stream in (proc.stdout, proc.stderr):
-                selector.register(stream, selectors.EVENT_READ)
-                decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
-            while selector.get_map():
-                for key, _events in selector.select():
-                    chunk = os.read(key.fileobj.fileno(), 65536)
-                    if not chunk:
-                        selector.unregister(key.fileobj)
-                        continue
-                    text = decoders[key.fileobj].decode(chunk)
-                    if key.fileobj is proc.stderr:
-                        errors.append(text)
-                    elif output.feed(text):
-                        progress.update(done=output.transferred)
-    except ProgressAbandoned:
-        proc.kill()
-        proc.wait()
-        raise
-    output.close()
-    return proc.wait(), output, "".join(errors)
+from ansible_collections.dgxspark.cluster.plugins.module_utils._rsync_output import run_rsync
 
 
 def main():
@@ -164,7 +128,7 @@ def main():
     started = time.monotonic()
     try:
         progress.update(force=True)
-        rc, output, stderr = run_rsync(argv, progress)
+        rc, output, stderr = run_rsync(argv, lambda transferred: progress.update(done=transferred))
     except ProgressAbandoned as exc:
         module.fail_json(msg="the weights sync: %s" % exc, cmd=argv)
     except OSError as exc:

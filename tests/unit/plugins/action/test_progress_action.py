@@ -103,6 +103,7 @@ def action(module, args, tmp_path, job=None, check_mode=False, async_val=0, name
 
     plugin._execute_module = execute_module
     plugin._low_level_execute_command = low_level
+
     def remove_tmp_path(path, force=False):
         calls["removed"].append(path)
 
