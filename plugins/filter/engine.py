@@ -24,6 +24,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import systemd_exec_line
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_validation import engine_config_problems
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._progress import ProgressError, start_phase_line
 
 
 class FilterModule:
@@ -40,4 +41,5 @@ class FilterModule:
             "engine_cluster_verdict": as_filter(cluster_verdict, EngineHealthError),
             "engine_start_timeline": as_filter(start_timeline, EngineTimelineError),
             "engine_start_timeline_text": as_filter(format_timeline, EngineTimelineError),
+            "engine_start_phase_line": as_filter(start_phase_line, ProgressError),
         }

@@ -21,6 +21,12 @@ One implementation with four callers, run on the node's system Python
   rank after ``--failures`` refused or timed-out looks in a row (``follow``);
 * the status playbook (``probe`` with ``--wait 0``).
 
+With ``--journal-since EPOCH`` a probe also says which part of its start
+the rank is in (``phase``: ``start_phase`` of ``_engine_timeline.py``, from
+the unit's journal since EPOCH), so the coordinated start can show every
+rank's progress at each round. That file is installed beside this one as
+``engine_timeline.py``.
+
 The head's watchdog is the cluster's one prober. A completion is real work
 for every rank and shows in the engine's metrics, so one per watchdog and
 interval would keep an idle cluster busy and skew its benchmarks. The
@@ -157,6 +163,41 @@ def unit_state(unit, systemctl="systemctl"):
         "result": state.get("Result", "unknown"),
         "status": state.get("ExecMainStatus", ""),
     }
+
+
+def _timeline():
+    """The start timeline's module: engine_timeline.py beside this file on a
+    node (run as ``python3 FILE``, its directory comes first on sys.path),
+    the collection's module_utils on the controller and in tests."""
+    try:
+        import engine_timeline  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        from ansible_collections.dgxspark.cluster.plugins.module_utils import (  # pylint: disable=import-outside-toplevel
+            _engine_timeline as engine_timeline,
+        )
+    return engine_timeline
+
+
+def journal_since(unit, since, journalctl="journalctl"):
+    """The journal of O(unit) since the epoch O(since), as the start's timeline reads it."""
+    result = subprocess.run(
+        [journalctl, "--unit", unit, "--since", "@%d" % int(since), "--no-pager", "--output", "short-iso-precise"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return result.stdout
+
+
+def start_phase(unit, since, journal=None, clock=time.time):
+    """The part of its start that the rank of O(unit) is in now (see
+    ``_engine_timeline.start_phase``); a journal that cannot be read gives
+    the phase ``unknown`` with the reason, never a failed probe."""
+    try:
+        text = journal() if journal else journal_since(unit, since)
+        return _timeline().start_phase(text, clock())
+    except (OSError, ValueError) as exc:
+        return {"phase": "unknown", "elapsed": None, "since": None, "detail": str(exc)}
 
 
 def probe(unit, api, wait=0.0, interval=2.0, clock=time.monotonic, sleep=time.sleep, look=None, units=None):
@@ -302,6 +343,8 @@ def _argument_parser():
     parser.add_argument("--secrets-file", help="environment file holding VLLM_API_KEY (read, never printed)")
     parser.add_argument("--wait", type=float, default=0.0, help="probe: seconds to keep looking for an answer")
     parser.add_argument("--poll", type=float, default=2.0, help="probe: seconds between looks while waiting")
+    parser.add_argument("--journal-since", type=float,
+                        help="probe: also report the part of the start the rank is in, from its journal since this epoch")
     watchdog = parser.add_mutually_exclusive_group()
     watchdog.add_argument("--watch", action="store_true",
                           help="the head's watchdog: a checked completion per interval until the unit stops")
@@ -337,9 +380,12 @@ def main(argv=None):
     if args.watch:
         reason = watch(args.unit, api, args.interval, args.failures, not args.no_stop)
         return EXIT_FAILURE if reason else 0
+    report = probe(args.unit, api, wait=args.wait, interval=args.poll)
+    if args.journal_since is not None:
+        report["phase"] = start_phase(args.unit, args.journal_since)
     # The probe's report on the command line; no module runs main().
     # pylint: disable-next=ansible-bad-function
-    print(json.dumps(probe(args.unit, api, wait=args.wait, interval=args.poll), sort_keys=True))
+    print(json.dumps(report, sort_keys=True))
     return 0
 
 

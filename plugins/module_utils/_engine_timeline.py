@@ -285,6 +285,45 @@ def start_timeline(journal_text, ready_at=None, stop_seconds=None):
     }
 
 
+# The part a rank is in once its API has started: the checked completion is awaited.
+AWAITING_COMPLETION = FIRST_COMPLETION
+# Before the unit's Started line.
+NOT_STARTED = "waiting for the unit"
+
+
+def start_phase(journal_text, now):
+    """The part of its last start that a rank is in at the epoch O(now),
+    from its journal as far as it goes: ``{"phase", "elapsed", "since"}``.
+
+    ``phase`` is the part after the last one whose marker is logged (a marker
+    an older vLLM does not log is skipped, as in start_timeline; the head is in
+    ``first completion`` once its API started), or ``waiting for
+    the unit`` before the unit's ``Started`` line (``elapsed`` is None then);
+    ``elapsed`` counts the seconds since the unit started, ``since`` those
+    since the last marker logged (the part's own time so far). Seconds are
+    rounded to tenths; O(now) comes from the node's clock, as the journal's."""
+    entries = _entries(_lines(journal_text))
+    clock = _seconds(now, "now")
+    if clock is None:
+        raise EngineTimelineError("now must be the epoch, in seconds, of the journal's clock")
+    starts = [index for index, (_stamp, line) in enumerate(entries) if UNIT_STARTED.search(line)]
+    if not starts:
+        return {"phase": NOT_STARTED, "elapsed": None, "since": None}
+    start = starts[-1]
+    found = _find_markers(entries, start)
+    phase, last = PARTS[0][0], entries[start][0]
+    for position, (_part, marker) in enumerate(PARTS):
+        if marker in found:
+            last = entries[found[marker]][0]
+            phase = PARTS[position + 1][0] if position + 1 < len(PARTS) else AWAITING_COMPLETION
+    now_us = round(clock * MICROSECONDS)
+    return {
+        "phase": phase,
+        "elapsed": round(max(0, now_us - entries[start][0]) / MICROSECONDS, 1),
+        "since": round(max(0, now_us - last) / MICROSECONDS, 1),
+    }
+
+
 def format_timeline(timeline):
     """One line of a O(timeline) from start_timeline, such as ``stop 4.1 s,
     startup 61.0 s, rendezvous 2.7 s, model load 0.0 s, engine init 10.5 s,

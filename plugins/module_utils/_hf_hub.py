@@ -470,10 +470,11 @@ def download_file(client, repo_id, sha, root, entry, chunk_bytes=CHUNK_BYTES, pr
 
 
 def snapshot(client, repo_id, revision, root, allow_patterns=None, ignore_patterns=None, check_mode=False,
-             listing=None, now=time.time):
+             listing=None, now=time.time, progress=None):
     """Plan, and unless O(check_mode) fetch, the snapshot of O(repo_id) at O(revision) into O(root).
 
     O(listing) (``{"commit", "files"}`` from an earlier call) skips the Hub: only a plan is made.
+    O(progress) (a ``_progress.ProgressFile``) is told the bytes to fetch and the bytes received so far.
     """
     if listing is None:
         sha = client.resolve_revision(repo_id, revision)
@@ -503,14 +504,24 @@ def snapshot(client, repo_id, revision, root, allow_patterns=None, ignore_patter
         return result
     new_state = dict(planned["state"])
     started = now()
+    report = None
+    if progress is not None:
+        # The rate counts from the first byte asked for, not from the plan's hashing.
+        progress.total, progress.started = planned["bytes_to_fetch"], progress.clock()
+        progress.update(done=0, force=True)
+
+        def report(_rel, received):
+            progress.update(done=result["bytes_received"] + received)
     try:
         for entry in planned["fetch"]:
-            done = download_file(client, repo_id, sha, root, entry)
+            done = download_file(client, repo_id, sha, root, entry, progress=report)
             result["fetched"].append({"path": done["path"], "bytes_received": done["bytes_received"],
                                       "resumed_from": done["resumed_from"]})
             result["bytes_received"] += done["bytes_received"]
             if done["stat"]:
                 new_state[done["path"]] = done["stat"]
+        if progress is not None:
+            progress.finish(done=result["bytes_received"])
     finally:
         if planned["fetch"] or new_state != state:
             save_state(root, new_state, repo_id, sha)

@@ -84,11 +84,13 @@ def serve(address, port, argv, allow=None, connections=0, ready=None, stop=None)
         worker.join()
 
 
-def receive(address, port, argv, connect_timeout=30.0, idle_timeout=300.0):
+def receive(address, port, argv, connect_timeout=30.0, idle_timeout=300.0, progress=None):
     """Connect to a sender and pipe its stream into ``argv`` (``docker load``).
 
     Returns a dict with rc, stdout, stderr of the loader, the bytes received
-    and the seconds taken; a connection failure raises OSError."""
+    and the seconds taken; a connection failure raises OSError. O(progress)
+    is called with the bytes received so far after every chunk; what it
+    raises stops the transfer (the loader then sees the archive end early)."""
     started = time.monotonic()
     received = 0
     # The sender may still be starting: retry a refused connection until
@@ -116,6 +118,8 @@ def receive(address, port, argv, connect_timeout=30.0, idle_timeout=300.0):
                     break
                 proc.stdin.write(chunk)
                 received += len(chunk)
+                if progress is not None:
+                    progress(received)
     except TimeoutError:
         error = "no data from %s:%d for %.0f s after %d bytes" % (address, port, idle_timeout, received)
     except BrokenPipeError:
@@ -125,7 +129,8 @@ def receive(address, port, argv, connect_timeout=30.0, idle_timeout=300.0):
             proc.stdin.close()
         except BrokenPipeError:
             pass
-    proc.wait()
+        # Also when O(progress) raised: the loader sees the archive end and exits.
+        proc.wait()
     out_file.seek(0)
     err_file.seek(0)
     out, err = out_file.read(), err_file.read()

@@ -98,6 +98,25 @@ options:
   docker:
     description: Path of the C(docker) CLI; found on E(PATH) when unset.
     type: path
+  expected_bytes:
+    description:
+      - With O(state=received), about how many bytes the archive holds (the image's size on the sending node), so
+        that the progress lines can say how much is left. Only shown, never checked.
+    type: int
+  progress_file:
+    description:
+      - With O(state=received), a file on the node where the load keeps its progress (bytes received), replaced
+        atomically about twice per O(progress_interval). The action of this module sets it to a file of its
+        temporary directory and shows a line from it at every poll; leave it unset.
+      - While it is set, a load that no controller has polled for ten O(progress_interval) (at least two minutes)
+        stops, as it would when the connection drops.
+    type: path
+  progress_interval:
+    description:
+      - Seconds between the progress lines the action shows while a node loads the image a peer streams
+        (O(state=received)); V(0) runs the module without them, as before. Check mode never shows any.
+    type: float
+    default: 10
 notes:
   - The image ID is the digest of the image configuration with Docker's classic image store, so it is the same on
     every node that holds the same image, whether pulled or loaded.
@@ -193,6 +212,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _image, _image_stream, _registry
+from ansible_collections.dgxspark.cluster.plugins.module_utils._progress import (
+    ProgressAbandoned,
+    ProgressFile,
+    abandon_after,
+    writer_interval,
+)
 
 C_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}
 
@@ -313,17 +338,29 @@ class EngineImage:
             self.record(None, None)
             return
         source = "%s:%d" % (params["source_address"], params["source_port"])
+        progress = None
+        if params["progress_file"]:
+            progress = ProgressFile(
+                params["progress_file"], "received", total=params["expected_bytes"] or None, estimated=True,
+                every=writer_interval(params["progress_interval"]),
+                abandon_after=abandon_after(params["progress_interval"]))
+            progress.update(force=True)
         try:
             outcome = _image_stream.receive(
                 params["source_address"], params["source_port"], [self.docker, "load", "--quiet"],
                 connect_timeout=params["connect_timeout"], idle_timeout=params["idle_timeout"],
+                progress=None if progress is None else (lambda received: progress.update(done=received)),
             )
+        except ProgressAbandoned as exc:
+            self.module.fail_json(msg="loading the image streamed from %s: %s" % (source, exc), **self.result)
         except OSError as exc:
             self.module.fail_json(
                 msg="cannot reach the image sender at %s: %s; expected the sending node's transient unit to listen "
                 "there (check engine_image_source_address, engine_image_port and that the fabric links up)" % (source, exc),
                 **self.result
             )
+        if progress is not None:
+            progress.finish(done=outcome["bytes"])
         self.result.update(received_bytes=outcome["bytes"], seconds=outcome["seconds"])
         if outcome["bytes"] == 0 and not outcome["error"]:
             outcome["error"] = ("the sender closed the connection without data: it serves only the fabric addresses "
@@ -359,6 +396,9 @@ def main():
             connect_timeout=dict(type="float", default=30),
             idle_timeout=dict(type="float", default=300),
             docker=dict(type="path"),
+            expected_bytes=dict(type="int"),
+            progress_file=dict(type="path"),
+            progress_interval=dict(type="float", default=10),
         ),
         required_if=[("state", "received", ("expected_id", "source_address"))],
         supports_check_mode=True,

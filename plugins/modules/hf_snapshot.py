@@ -89,6 +89,20 @@ options:
     description: Seconds to wait for the Hub to answer before failing.
     type: int
     default: 60
+  progress_file:
+    description:
+      - A file on the node where the download keeps its progress (bytes received of the bytes to fetch), replaced
+        atomically about twice per O(progress_interval). The action of this module sets it to a file of its
+        temporary directory and shows a line from it at every poll; leave it unset.
+      - While it is set, a download that no controller has polled for ten O(progress_interval) (at least two
+        minutes) stops, as it would when the connection drops.
+    type: path
+  progress_interval:
+    description:
+      - Seconds between the progress lines the action shows while files are downloaded; V(0) runs the module
+        without them, as before. Check mode and O(state=planned) never show any.
+    type: float
+    default: 10
 notes:
   - Requests go through the standard library, which honours C(https_proxy) and C(no_proxy) in the environment.
 seealso:
@@ -189,6 +203,12 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._hf_hub import (
     HubError,
     snapshot,
 )
+from ansible_collections.dgxspark.cluster.plugins.module_utils._progress import (
+    ProgressAbandoned,
+    ProgressFile,
+    abandon_after,
+    writer_interval,
+)
 
 ARGUMENT_SPEC = dict(
     path=dict(type="path"),
@@ -201,6 +221,8 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["present", "planned", "resolved"], default="present"),
     listing=dict(type="dict"),
     timeout=dict(type="int", default=60),
+    progress_file=dict(type="path"),
+    progress_interval=dict(type="float", default=10),
 )
 
 
@@ -258,11 +280,17 @@ def main():
                          "(or the files of a weights manifest)")
     client = HubClient(p["endpoint"], p["token"], timeout=p["timeout"])
     dry = module.check_mode or p["state"] == "planned"
+    progress = None
+    if p["progress_file"] and not dry:
+        progress = ProgressFile(p["progress_file"], "weights", every=writer_interval(p["progress_interval"]),
+                                abandon_after=abandon_after(p["progress_interval"]))
     try:
         if not dry:
             os.makedirs(root, mode=0o755, exist_ok=True)
         result = snapshot(client, p["repo_id"], p["revision"], root, p["allow_patterns"], p["ignore_patterns"],
-                          check_mode=dry, listing=listing)
+                          check_mode=dry, listing=listing, progress=progress)
+    except ProgressAbandoned as exc:
+        module.fail_json(msg="the download into %s: %s" % (root, exc))
     except HubError as exc:
         module.fail_json(msg="%s: %s" % (p["repo_id"] or root, exc))
     except OSError as exc:

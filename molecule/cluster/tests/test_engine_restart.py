@@ -200,6 +200,11 @@ def fleet():
 
 
 def test_the_fleet_serves_both_heads_sticky_and_a_second_run_changes_nothing(fleet):
+    # While the ranks started, every wait round showed the part of the start each was in.
+    out = flat(fleet.stdout)
+    for host in HOSTS:
+        assert re.search(r"%s \| engine start: (startup|rendezvous|model load|engine init|first completion), "
+                         r"\d+[smh]\S* since the unit started" % host, out), out[-3000:]
     config = node_state("spark1", "cat " + CONFIG)
     assert "server 192.168.100.11:8000" in config and "server 192.168.100.13:8000" in config
     for head, ranks in REPLICAS.items():

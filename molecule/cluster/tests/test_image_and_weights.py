@@ -78,6 +78,9 @@ def test_a_missing_or_foreign_image_is_named_and_repaired():
     out = flat(repaired.stdout)
     assert repaired.returncode == 0, out[-3000:]
     assert "%s streamed " % SOURCE in out and "bytes to 2 node(s)" in out, out[-3000:]
+    # Each receiving node said how much it loaded, and how fast, from whom.
+    for host in ("spark3", "spark4"):
+        assert re.search(r"%s \| image from \S+: [\d.]+ [kMGT]?B in \d+[smh]" % host, out), out[-3000:]
     assert {host: image_id(host, ref) for host in HOSTS} == dict.fromkeys(HOSTS, wanted)
     node_state("spark4", "docker image prune --force >/dev/null")
 
@@ -91,6 +94,8 @@ def test_an_interrupted_weight_sync_resumes_from_the_partial_file():
     out = flat(result.stdout)
     assert result.returncode == 0, out[-3000:]
     assert int(node_state("spark2", "stat -c %%s %s" % weights)) == size
+    # The pull said what it moved.
+    assert re.search(r"spark2 \| weights sync: [\d.]+ [kMGT]?B in \d+[smh]", out), out[-3000:]
     # rsync reused the half it had: matched data is not zero.
     report = [line for line in result.stdout.splitlines() if "Matched data:" in line]
     assert report and any("Matched data: 0 bytes" not in line for line in report), report
@@ -137,6 +142,8 @@ def test_the_hub_token_stays_out_of_logs_and_process_lists(tmp_path):
         sampler.join()
     assert result.returncode == 0, flat(result.stdout)[-3000:]
     assert "config.json" in node_state(SOURCE, "ls %s" % WEIGHTS)
+    # The download said what it fetched.
+    assert re.search(r"%s \| weights download: [\d.]+ [kMGT]?B in \d+[smh]" % SOURCE, flat(result.stdout))
     assert log.stat().st_size > 0 and len(seen) > 10
     assert TOKEN not in log.read_text()
     assert TOKEN not in result.stdout + result.stderr

@@ -60,6 +60,7 @@ def test_filter_module_exposes_the_engine_filters():
         "engine_env_file",
         "engine_rank_argv",
         "engine_replica_layout",
+        "engine_start_phase_line",
         "engine_start_timeline",
         "engine_start_timeline_text",
         "systemd_exec_line",

@@ -433,3 +433,44 @@ def test_script_follows_the_head_without_a_model_or_secrets(tmp_path, listening_
         "the engine serves: port %d of 127.0.0.1 accepts connections" % port,
         "unit u is inactive; watchdog ends",
     ]
+
+
+def test_the_installed_probe_reports_the_part_of_the_start_its_rank_is_in(tmp_path):
+    # As the role installs them: both files side by side, nothing of the collection on the path.
+    libexec = tmp_path / "libexec"
+    libexec.mkdir()
+    module_utils = REPO_ROOT / "plugins" / "module_utils"
+    (libexec / "engine_health.py").write_text((module_utils / "_engine_health.py").read_text())
+    (libexec / "engine_timeline.py").write_text((module_utils / "_engine_timeline.py").read_text())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text("#!/bin/sh\necho ActiveState=active\necho SubState=running\n")
+    # The journal since the start: the unit started 30 s ago and the rank has joined the process group.
+    (bin_dir / "journalctl").write_text(
+        "#!/bin/sh\necho \"$@\" > %s/journalctl-args\n"
+        "now=$(date +%%s)\n"
+        "stamp() { date -u -d @$(($now - $1)) +%%Y-%%m-%%dT%%H:%%M:%%S.000000+0000; }\n"
+        "echo \"$(stamp 30) spark2 systemd[1]: Started dgxspark-engine.service - dgxspark engine rank 1.\"\n"
+        "echo \"$(stamp 10) spark2 docker[5]: INFO [parallel_state.py:1] distributed_init_method=tcp://10.0.0.11:29501\"\n"
+        % tmp_path)
+    for tool in ("systemctl", "journalctl"):
+        (bin_dir / tool).chmod(0o755)
+    result = subprocess.run(
+        [sys.executable, str(libexec / "engine_health.py"), "--unit", "u", "--journal-since", "1796314493"],
+        capture_output=True, text=True, env={"PATH": "%s:/usr/bin:/bin" % bin_dir}, check=True, cwd=tmp_path,
+    )
+    report = json.loads(result.stdout)
+    assert report["unit"]["active"] == "active"
+    assert report["phase"]["phase"] == "rendezvous"
+    assert 29 <= report["phase"]["elapsed"] <= 33 and 9 <= report["phase"]["since"] <= 13
+    assert (tmp_path / "journalctl-args").read_text().split() == [
+        "--unit", "u", "--since", "@1796314493", "--no-pager", "--output", "short-iso-precise"]
+
+
+def test_a_journal_that_cannot_be_read_gives_an_unknown_phase_not_a_failed_probe():
+    def unreadable():
+        raise OSError("journalctl: not found")
+
+    assert _engine_health.start_phase("u", 0, journal=unreadable) == {
+        "phase": "unknown", "elapsed": None, "since": None, "detail": "journalctl: not found"}
+    assert _engine_health.start_phase("u", 0, journal=lambda: "", clock=lambda: 5.0)["phase"] == "waiting for the unit"

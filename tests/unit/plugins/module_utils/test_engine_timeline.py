@@ -17,6 +17,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_timeline 
     EngineTimelineError,
     format_timeline,
     parse_timestamp,
+    start_phase,
     start_timeline,
 )
 
@@ -342,3 +343,44 @@ def test_the_markers_match_what_vllm_logs(pattern, message):
 )
 def test_the_markers_do_not_match_their_neighbours(pattern, message):
     assert not pattern.search(message)
+
+
+# The phase a rank is in while it starts: its journal as far as it goes.
+def _journal_until(marker_text):
+    lines = CPU_JOURNAL.splitlines()
+    (index,) = [position for position, line in enumerate(lines) if marker_text in line]
+    return "\n".join(lines[:index + 1])
+
+
+@pytest.mark.parametrize(("last_line", "phase", "last_mark"), [
+    ("systemd[1]: Started", "startup", CPU_START),
+    ("Initializing a V1 LLM engine", "startup", CPU_START),
+    ("distributed_init_method=", "rendezvous", CPU_MARKS["distributed init"]),
+    ("Initializing model took", "model load", CPU_MARKS["model load start"]),
+    ("Loading weights took", "engine init", CPU_MARKS["model load end"]),
+    ("Starting vLLM server", "engine init", CPU_MARKS["model load end"]),
+    ("Application startup complete", "first completion", CPU_MARKS["application startup"]),
+])
+def test_a_starting_rank_is_in_the_part_after_its_last_marker(last_line, phase, last_mark):
+    now = CPU_START + 100
+    assert start_phase(_journal_until(last_line), now) == {
+        "phase": phase, "elapsed": 100.0, "since": round(now - last_mark, 1)}
+
+
+def test_a_marker_an_older_vllm_does_not_log_is_skipped():
+    journal = "\n".join(line for line in CPU_JOURNAL.splitlines()[:4] if "distributed_init_method=" not in line)
+    assert start_phase(journal, CPU_START + 80)["phase"] == "model load"
+
+
+def test_before_its_unit_started_a_rank_waits_for_it():
+    assert start_phase("-- No entries --\n", CPU_START) == {"phase": "waiting for the unit", "elapsed": None, "since": None}
+
+
+def test_only_the_last_start_gives_the_phase():
+    again = CPU_JOURNAL + "2026-12-03T16:30:00.000000+0000 spark1 systemd[1]: Started dgxspark-engine.service - again.\n"
+    assert start_phase(again, calendar.timegm((2026, 12, 3, 16, 30, 10, 0, 0, 0)))["phase"] == "startup"
+
+
+def test_a_phase_needs_the_time_now():
+    with pytest.raises(EngineTimelineError, match="now must be"):
+        start_phase(CPU_JOURNAL, None)

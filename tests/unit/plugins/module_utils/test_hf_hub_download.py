@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from urllib import request as urlrequest
 
@@ -12,7 +13,7 @@ import pytest
 
 from unit_support import served_hub
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import _hf_hub
+from ansible_collections.dgxspark.cluster.plugins.module_utils import _hf_hub, _progress
 
 TOKEN = "hf_unit_test_token_0123456789"
 REPO = "org/tiny"
@@ -217,3 +218,33 @@ def test_a_redirect_keeps_the_token_only_on_the_same_host(target, keeps):
 def test_a_listed_path_that_leaves_the_directory_is_refused(path):
     with pytest.raises(_hf_hub.HubError, match="would leave the weights directory"):
         _hf_hub.parse_tree_entry({"type": "file", "path": path, "size": 1, "oid": "0" * 40})
+
+
+def test_a_download_keeps_its_progress_file_at_the_bytes_received(hub, tmp_path):
+    progress_path = tmp_path / "progress.json"
+    seen = []
+
+    class Recording(_progress.ProgressFile):
+        def update(self, done=None, advance=0, force=False):
+            super().update(done, advance, force)
+            seen.append(self.done)
+
+    out = tmp_path / "out"
+    progress = Recording(str(progress_path), "weights", every=0)
+    result = _hf_hub.snapshot(client(hub), REPO, "main", str(out), progress=progress)
+    total = sum(len(d) for d in FILES.values())
+    assert progress.total == total == result["bytes_received"]
+    # Counted across files, rising to the total, with the big file in several chunks.
+    assert seen[0] == 0 and seen[-1] == total and seen == sorted(seen) and len(seen) > len(FILES)
+    assert json.loads(progress_path.read_text())["done"] == total
+
+
+def test_a_resumed_download_counts_only_what_is_left(hub, tmp_path):
+    out = tmp_path / "out"
+    partial = _hf_hub.incomplete_path(str(out), "model.safetensors")
+    os.makedirs(os.path.dirname(partial))
+    with open(partial, "wb") as handle:
+        handle.write(BIG[:1_000_000])
+    progress = _progress.ProgressFile(str(tmp_path / "progress.json"), "weights", every=0)
+    _hf_hub.snapshot(client(hub), REPO, "main", str(out), allow_patterns=["*.safetensors"], progress=progress)
+    assert progress.total == progress.done == 500_000

@@ -209,3 +209,31 @@ def test_a_loader_that_writes_much_before_reading_cannot_block_the_transfer(arch
     stop.set()
     assert (result["rc"], result["bytes"], result["stdout"]) == (0, len(data), digest_line(data))
     assert len(result["stderr"]) == 1 << 20
+
+
+def test_the_receiver_reports_the_bytes_received_as_they_come(archive):
+    path, data = archive
+    port, stop, wait = start_server(["cat", str(path)], connections=1)
+    counts = []
+    result = _image_stream.receive("127.0.0.1", port, DIGEST_LOADER, connect_timeout=5, idle_timeout=10,
+                                   progress=counts.append)
+    wait()
+    stop.set()
+    assert result["bytes"] == len(data) and result["stdout"] == digest_line(data)
+    assert counts == sorted(counts) and counts[-1] == len(data) and len(counts) >= 4
+
+
+def test_a_progress_that_stops_the_transfer_ends_the_loader_too(archive):
+    path, data = archive
+    port, stop, wait = start_server(["cat", str(path)], connections=1)
+    seen = []
+
+    def abandon(received):
+        seen.append(received)
+        raise RuntimeError("nobody follows")
+
+    with pytest.raises(RuntimeError, match="nobody follows"):
+        _image_stream.receive("127.0.0.1", port, DIGEST_LOADER, connect_timeout=5, idle_timeout=10, progress=abandon)
+    wait()
+    stop.set()
+    assert len(seen) == 1 and seen[0] < len(data)

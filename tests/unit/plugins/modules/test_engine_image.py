@@ -530,3 +530,19 @@ def test_received_needs_the_expected_id_and_the_sender(capsys, docker_dir):
     assert result["failed"] is True
     assert result["msg"] == "state is received but all of the following are missing: expected_id, source_address"
     assert docker.calls() == []
+
+
+def test_received_keeps_its_progress_against_the_expected_size(capsys, docker_dir, tmp_path):
+    data, image_id, _layers = archive_bytes()
+    (tmp_path / "image.tar").write_bytes(data)
+    docker = Docker(docker_dir)
+    progress = tmp_path / "progress.json"
+    with sender(["cat", str(tmp_path / "image.tar")], connections=1) as port:
+        result = receive(capsys, port, image_id, progress_file=str(progress), progress_interval=1,
+                         expected_bytes=len(data) + 1000)
+    assert not result.get("failed"), result.get("msg")
+    assert docker.state()["loaded"]["bytes"] == len(data)
+    record = json.loads(progress.read_text())
+    assert record["phase"] == "received" and record["total"] == len(data) + 1000 and record["estimated"] is True
+    # The last record, written when the stream ended, holds every byte.
+    assert record["done"] == result["received_bytes"] == len(data)

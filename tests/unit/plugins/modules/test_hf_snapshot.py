@@ -203,3 +203,29 @@ def test_resolved_fails_on_an_unreachable_hub_with_a_null_status(capsys):
 def test_resolved_needs_no_path_but_the_other_states_do(capsys):
     result = run(capsys, repo_id=REPO, endpoint="http://127.0.0.1:9", state="planned")
     assert result["failed"] is True and "path" in result["msg"]
+
+
+def test_with_a_progress_file_the_download_leaves_its_last_record_there(capsys, hub, tmp_path):
+    out, progress = tmp_path / "tiny", tmp_path / "job" / "progress.json"
+    progress.parent.mkdir()
+    result = from_hub(capsys, hub, out, progress_file=str(progress), progress_interval=1)
+    assert not result.get("failed"), result.get("msg")
+    record = json.loads(progress.read_text())
+    total = sum(map(len, HUB_FILES.values()))
+    assert (record["phase"], record["done"], record["total"]) == ("weights", total, total)
+
+
+def test_a_download_nobody_follows_any_more_stops_and_keeps_what_it_has(capsys, hub, tmp_path, monkeypatch):
+    # As if the last poll was long ago: the first write finds the step abandoned.
+    monkeypatch.setattr(hf_snapshot, "abandon_after", lambda interval: -1)
+    out, progress = tmp_path / "tiny", tmp_path / "progress.json"
+    result = from_hub(capsys, hub, out, progress_file=str(progress))
+    assert result["failed"] is True
+    assert result["msg"].startswith("the download into %s: no controller has followed this step" % out)
+    assert hub.downloads() == []
+
+
+def test_check_mode_writes_no_progress_file(capsys, hub, tmp_path):
+    progress = tmp_path / "progress.json"
+    result = from_hub(capsys, hub, tmp_path / "tiny", progress_file=str(progress), _ansible_check_mode=True)
+    assert not result.get("failed") and not progress.exists()
