@@ -122,14 +122,16 @@ def test_skip_tags_monitoring_lists_no_monitoring_task():
     ("restart.yml", ["--tags", "monitoring"], "--tags monitoring: restart.yml has no part monitoring"),
 ])
 def test_a_bad_selection_stops_the_run_before_any_node(tmp_path, playbook, args, message):
-    # Nodes that cannot be reached (TEST-NET-1): a run that went past the first
-    # play would fail on them instead.
+    # Nodes that cannot be reached (a loopback port nothing listens on): a run
+    # that went past the first plays would fail on them instead. No
+    # placeholder either, so the inventory check lets the run on to the tags.
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text("dgxspark_cluster:\n  hosts:\n"
-                         + "".join("    spark%d: {ansible_host: 192.0.2.%d, ansible_connection: ssh}\n" % (n, n)
-                                   for n in range(1, 5)))
+    inventory.write_text("dgxspark_cluster:\n  vars: {preflight_require_api_key: false}\n  hosts:\n"
+                         + "".join("    spark%d: {ansible_host: 127.0.0.%d, ansible_port: 9, ansible_connection: ssh}\n"
+                                   % (n, n + 1) for n in range(1, 5)))
     done = ansible_playbook("playbooks/" + playbook, *args, inventory=inventory)
     assert done.returncode != 0
     assert message in " ".join(done.stdout.split()), done.stdout[-3000:]
-    assert re.findall(r"^PLAY \[(.*?)\]", done.stdout, re.MULTILINE) == ["Run | Check the parts the tags choose"]
+    assert re.findall(r"^PLAY \[(.*?)\]", done.stdout, re.MULTILINE) == [
+        "Inventory | Refuse placeholder values before contacting any host", "Run | Check the parts the tags choose"]
     assert "UNREACHABLE" not in done.stdout

@@ -71,9 +71,9 @@ def sample_copy(tmp_path):
     shutil.copytree(REPO_ROOT / "inventory" / "sample", copy)
     hosts = copy / "hosts.yml"
     text = hosts.read_text()
-    assert "      ansible_host: 10.10.0.11\n" in text
+    assert "      ansible_host: 192.0.2.11\n" in text
     local = "      ansible_connection: local\n      ansible_python_interpreter: %s\n" % sys.executable
-    hosts.write_text(text.replace("      ansible_host: 10.10.0.11\n", "      ansible_host: 10.10.0.11\n" + local, 1))
+    hosts.write_text(text.replace("      ansible_host: 192.0.2.11\n", "      ansible_host: 192.0.2.11\n" + local, 1))
     return hosts
 
 
