@@ -15,6 +15,7 @@ library only, unit-tested without Ansible.
 
 from __future__ import annotations
 
+import difflib
 import shlex
 
 # The parts in the order site.yml runs them, each with what it does.
@@ -93,7 +94,14 @@ def part_selection_problems(run_tags, skip_tags, playbook="site.yml"):
                     " the parts that run, so they always run. To run fewer parts, skip some of %s or name the ones"
                     " to run with --tags." % (tag, skippable))
             elif tag not in parts and tag not in allowed:
-                problems.append("%s %s: %s has no part %s; its parts are: %s." % (option, tag, playbook, tag, listing))
+                # --tags with no part runs only the checks; --skip-tags of a
+                # name no task carries skips nothing (tools such as Molecule
+                # pass their own, e.g. notest), unless it looks like a
+                # misspelt part, which would then run.
+                near = difflib.get_close_matches(tag, parts, n=1, cutoff=0.75)
+                if option == "--tags" or near:
+                    problems.append("%s %s: %s has no part %s%s; its parts are: %s." % (
+                        option, tag, playbook, tag, " (did you mean %s?)" % near[0] if near else "", listing))
     return problems
 
 

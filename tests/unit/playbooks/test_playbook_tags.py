@@ -117,7 +117,7 @@ def test_skip_tags_monitoring_lists_no_monitoring_task():
 
 
 @pytest.mark.parametrize(("playbook", "args", "message"), [
-    ("site.yml", ["--tags", "engin"], "--tags engin: site.yml has no part engin; its parts are: preflight, driver,"),
+    ("site.yml", ["--tags", "engin"], "--tags engin: site.yml has no part engin (did you mean engine?); its parts are: preflight, driver,"),
     ("site.yml", ["--skip-tags", "preflight"], "--skip-tags preflight: the preflight checks"),
     ("restart.yml", ["--tags", "monitoring"], "--tags monitoring: restart.yml has no part monitoring"),
 ])

@@ -112,10 +112,17 @@ def test_a_selection_of_parts_passes():
 
 def test_a_tag_that_is_no_part_is_refused_naming_the_parts():
     problems = part_selection_problems(["engin"], ["monitorng"], "site.yml")
-    assert problems[0] == ("--tags engin: site.yml has no part engin; its parts are: " + ", ".join(PART_NAMES) + ".")
-    assert problems[1].startswith("--skip-tags monitorng: site.yml has no part monitorng")
+    assert problems[0] == ("--tags engin: site.yml has no part engin (did you mean engine?); its parts are: "
+                           + ", ".join(PART_NAMES) + ".")
+    assert problems[1].startswith("--skip-tags monitorng: site.yml has no part monitorng (did you mean monitoring?)")
+    assert part_selection_problems(["bogus"], [], "site.yml")[0].startswith("--tags bogus: site.yml has no part bogus;")
     assert part_selection_problems(["monitoring"], [], "restart.yml") == [
         "--tags monitoring: restart.yml has no part monitoring; its parts are: preflight, image, weights, engine."]
+
+
+def test_skipping_a_tag_no_part_resembles_skips_nothing_and_is_let_through():
+    # Molecule's converge runs with --skip-tags molecule-notest,notest.
+    assert part_selection_problems(["all"], ["molecule-notest", "notest"], "site.yml") == []
 
 
 @pytest.mark.parametrize("tag", ["preflight", "always"])
