@@ -188,7 +188,8 @@ def _curl_line(url, api_key_required, key_host, inventory_sources):
     command = "curl -sS"
     if api_key_required:
         inventories = " ".join("-i " + shlex.quote(source) for source in inventory_sources)
-        reader = ("ANSIBLE_CALLBACK_RESULT_FORMAT=json ansible %s %s -m ansible.builtin.debug -a var=%s 2>/dev/null"
+        reader = ("ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1 ANSIBLE_CALLBACK_RESULT_FORMAT=json ansible "
+                  "%s %s -m ansible.builtin.debug -a var=%s 2>/dev/null"
                   " | sed -n '/_api_key/{s/.*: .//;s/,$//;s/.$//;p;}'"
                   % (shlex.quote(key_host), inventories, API_KEY_VARIABLE))
         command += " --oauth2-bearer $(%s)" % reader

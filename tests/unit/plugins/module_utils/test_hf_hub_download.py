@@ -94,6 +94,13 @@ def test_a_file_changed_in_place_is_hashed_and_fetched_again(hub, tmp_path):
     _hf_hub.snapshot(client(hub), REPO, "main", str(out))
     target = out / "model.safetensors"
     st = target.stat()
+    # The kernel stamps ctime from a coarse clock (a tick of some ms): an edit
+    # within the tick of the download would keep the recorded ctime, which no
+    # real edit of a downloaded weight file does. Wait for the next tick.
+    probe = tmp_path / "tick"
+    probe.touch()
+    while probe.stat().st_ctime_ns <= st.st_ctime_ns:
+        probe.touch()
     with open(target, "r+b") as handle:
         handle.seek(10)
         handle.write(b"\xff")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 
 import pytest
@@ -187,7 +188,7 @@ def test_no_secret_reaches_the_text_the_curl_reads_the_key_from_the_vault():
     assert SECRET not in text
     curl = line(lines, "Try it: ")[len("Try it: "):]
     # The key is read by an ad-hoc debug of engine_service_api_key on the head, from the run's inventory.
-    assert curl.startswith("curl -sS --oauth2-bearer $(ANSIBLE_CALLBACK_RESULT_FORMAT=json ansible spark1 -i ")
+    assert curl.startswith("curl -sS --oauth2-bearer $(ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1 ANSIBLE_CALLBACK_RESULT_FORMAT=json ansible spark1 -i ")
     assert "-m ansible.builtin.debug -a var=engine_service_api_key" in curl
     assert "-i '%s'" % INVENTORY in curl
     # Readable the same in the JSON and the YAML result format.
@@ -270,3 +271,16 @@ def test_the_filters_wrap_the_functions_and_raise_filter_errors():
 def test_every_pair_of_parts_is_a_valid_selection_of_site_yml():
     for pair in itertools.combinations(PLAYBOOK_PARTS["site.yml"], 2):
         assert part_selection_problems(list(pair), [], "site.yml") == []
+
+
+def test_the_key_reader_reads_the_key_with_the_real_ansible_even_where_colour_is_forced(tmp_path):
+    # Molecule, CI systems and some shells force colour; escape codes in the
+    # key would make the balancer answer 400. debug runs on the controller only.
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    spark1:\n      engine_service_api_key: %s\n" % SECRET)
+    curl = line(run_summary({**run(), "inventory_sources": [str(inventory)]}, engine_hosts()), "Try it: ")
+    reader = curl[curl.index("$(") + 2:curl.rindex(")")]
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    done = subprocess.run(["sh", "-c", reader], env={**env, "ANSIBLE_FORCE_COLOR": "1"}, cwd=tmp_path,
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert done.stdout == SECRET + "\n", done.stdout
