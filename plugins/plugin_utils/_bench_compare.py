@@ -24,6 +24,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._bench import (
     markdown_table,
     plot_series,
 )
+from ansible_collections.dgxspark.cluster.plugins.module_utils._file_set import write_atomically
 from ansible_collections.dgxspark.cluster.plugins.module_utils._png import line_plot
 
 # What bench_report names a run: <time>-<layout>.json (a comparison's own
@@ -153,13 +154,6 @@ def _differs(path, data):
         return True
 
 
-def _write_atomically(path, data):
-    temporary = "%s.%d.tmp" % (path, os.getpid())
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-    os.replace(temporary, path)
-
-
 def write_comparison(first_path, second_path, dest=None, force=False, check_mode=False,
                      force_hint="-e bench_compare_force=true"):
     """Compare two report files and write <dest>/compare-<A>-vs-<B>.md, .json and .png
@@ -180,6 +174,6 @@ def write_comparison(first_path, second_path, dest=None, force=False, check_mode
     if pending and not check_mode:
         os.makedirs(dest, exist_ok=True)
         for path, data in pending.items():
-            _write_atomically(path, data)
+            write_atomically(path, data, 0o644)
     return {"paths": paths, "changed": bool(pending),
             "comparison": compared, "markdown": text}
