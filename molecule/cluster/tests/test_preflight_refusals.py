@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 
 import pytest
+import yaml
 
-from helpers import assert_nothing_changed, flat, group_vars, run_playbook
+from helpers import INVENTORY, assert_nothing_changed, flat, group_vars, run_playbook
 
 testinfra_hosts = ["local://"]
 
@@ -112,3 +114,60 @@ def test_with_the_upstream_check_off_a_run_gets_past_the_preflight():
     assert "which this node would pull" not in out
     assert "PLAY [Node software" in result.stdout and "PLAY [Engine image" in result.stdout, out[-3000:]
     assert "pulling %s failed" % ref in out, out[-3000:]
+
+
+
+# Unknown variables, numbers out of range and a fleet without its balancer group:
+# playbooks/inventory_check.yml judges each host's own variables on the controller,
+# before any play runs on a node. Each case sets its value on spark2 alone, in a
+# host_vars file of a copy of the simulated inventory (its group_vars come along).
+HOST_OVERRIDE_REFUSALS = [
+    (
+        {"engine_service_start_timout": 600},
+        (),
+        "spark2: engine_service_start_timout is set (to 600) but no role declares it, so it would be ignored and "
+        "the default used; did you mean engine_service_start_timeout? Rename or remove it in the inventory",
+    ),
+    (
+        {"engine_service_start_timeout": 60},
+        (),
+        "spark2: engine_service_start_timeout is 60; expected a number 300 or more. Set it in that range in the "
+        "inventory.",
+    ),
+    (
+        {"engine_service_replicas": 2},
+        ("dgxspark_balancer",),
+        "spark2: engine_service_replicas is 2, a fleet that needs the balancer, but the inventory has no group "
+        "dgxspark_balancer.",
+    ),
+]
+
+
+def host_override_inventory(directory, host, values, drop_groups):
+    """A copy of the simulated inventory under O(directory), O(values) in O(host)'s
+    host_vars file and the groups O(drop_groups) left out; the path of its hosts file."""
+    inventory = directory / "inventory"
+    shutil.copytree(INVENTORY.parent, inventory)
+    hosts = inventory / INVENTORY.name
+    data = yaml.safe_load(hosts.read_text())
+    for group in drop_groups:
+        del data[group]
+    hosts.write_text(yaml.safe_dump(data))
+    (inventory / "host_vars").mkdir(exist_ok=True)
+    (inventory / "host_vars" / ("%s.yml" % host)).write_text(yaml.safe_dump(values))
+    return hosts
+
+
+@pytest.mark.parametrize("values, drop_groups, message", HOST_OVERRIDE_REFUSALS,
+                         ids=["unknown_variable", "out_of_range", "fleet_without_balancer_group"])
+def test_site_refuses_one_hosts_inventory_input_before_contacting_any_node(tmp_path, values, drop_groups, message):
+    inventory = host_override_inventory(tmp_path, "spark2", values, drop_groups)
+    result = run_playbook("site.yml", inventory=inventory)
+    output = flat(result.stdout)
+    assert result.returncode != 0, output[-3000:]
+    assert message in output, output[-3000:]
+    # Only the overridden host is named, and no node was contacted: nothing changed.
+    assert not re.search(r"spark[134]: engine_service_(start_time?o?ut|replicas)", output), output[-3000:]
+    assert "PLAY [Preflight" not in result.stdout
+    assert re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", result.stdout.partition("PLAY RECAP")[2],
+                      re.MULTILINE) == [("localhost", "0")], result.stdout[-2000:]

@@ -40,10 +40,11 @@ def group_vars():
     return merged
 
 
-def run_playbook(playbook, *args, extra_vars=None, check=False, timeout=900, env=None):
+def run_playbook(playbook, *args, extra_vars=None, check=False, timeout=900, env=None, inventory=INVENTORY):
     """Run a playbook of the collection on the simulated cluster (O(env) added to the
-    environment); return the CompletedProcess."""
-    cmd = ["ansible-playbook", "-i", str(INVENTORY), str(ROOT / "playbooks" / playbook)]
+    environment; O(inventory), a copy of the simulated one with a host's override); return
+    the CompletedProcess."""
+    cmd = ["ansible-playbook", "-i", str(inventory), str(ROOT / "playbooks" / playbook)]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
     if check:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from unit_support import REPO_ROOT
 
@@ -79,3 +80,48 @@ def test_the_simulated_inventory_passes():
                        "-e", json.dumps(refs))
     assert done.returncode == 0, output[-3000:]
     assert recap_hosts(done.stdout) == ["localhost"]
+
+
+SIM_REFS = {"sim_engine_image_refs": {"v1": "192.168.99.5:5000/dgxspark/vllm-sim@sha256:" + "4f1c9a0e7b2d" * 5 + "9a3e"}}
+
+
+def simulated_copy(tmp_path, host_vars=None, drop_groups=()):
+    """A copy of the simulated inventory, O(host_vars) (host to its values) as host_vars files
+    and the groups O(drop_groups) left out; the path of its hosts file."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(REPO_ROOT / "inventory" / "simulated", inventory)
+    hosts = inventory / "hosts.yml"
+    data = yaml.safe_load(hosts.read_text())
+    for group in drop_groups:
+        del data[group]
+    hosts.write_text(yaml.safe_dump(data))
+    (inventory / "host_vars").mkdir()
+    for host, values in (host_vars or {}).items():
+        (inventory / "host_vars" / ("%s.yml" % host)).write_text(yaml.safe_dump(values))
+    return hosts
+
+
+@pytest.mark.parametrize("host_vars, drop_groups, expected", [
+    ({"spark3": {"engine_service_start_timout": 600}}, (),
+     "spark3: engine_service_start_timout is set (to 600) but no role declares it, so it would be ignored and the "
+     "default used; did you mean engine_service_start_timeout?"),
+    ({"spark3": {"bench_request_timeout": -1}}, (),
+     "spark3: bench_request_timeout is -1; expected a number from 1 to 86400."),
+    ({"spark3": {"engine_service_replicas": 2}}, ("dgxspark_balancer",),
+     "spark3: engine_service_replicas is 2, a fleet that needs the balancer, but the inventory has no group "
+     "dgxspark_balancer."),
+])
+def test_one_hosts_unknown_out_of_range_or_layout_input_is_refused_on_the_controller(tmp_path, host_vars,
+                                                                                     drop_groups, expected):
+    done, output = run(simulated_copy(tmp_path, host_vars, drop_groups), "site.yml", "-e", json.dumps(SIM_REFS))
+    assert done.returncode != 0, output[-3000:]
+    assert expected in output, output[-3000:]
+    assert not re.search(r"spark[124]: (engine_service|bench)_", output), output[-3000:]
+    assert recap_hosts(done.stdout) == ["localhost"], done.stdout[-2000:]
+
+
+def test_a_fleet_with_the_balancer_group_passes(tmp_path):
+    # The simulated inventory's dgxspark_balancer group is empty: the balancer runs on rank 0.
+    done, output = run(simulated_copy(tmp_path, {"spark3": {"engine_service_replicas": 2}}), "inventory_check.yml",
+                       "-e", json.dumps(SIM_REFS))
+    assert done.returncode == 0, output[-3000:]

@@ -223,7 +223,8 @@ def test_every_row_default_passes_its_own_check():
     [
         ("max_num_seqs", 1025, "engine_service_max_num_seqs 1025 is not an integer from 1 to 1024"),
         ("master_port", 0, "engine_service_master_port 0 is not an integer from 1 to 65535"),
-        ("start_timeout", 0, "engine_service_start_timeout 0 is not a positive integer"),
+        ("start_timeout", 0, "engine_service_start_timeout 0 is not an integer of 300 or more"),
+        ("start_timeout", 299, "engine_service_start_timeout 299 is not an integer of 300 or more"),
         ("stop_timeout", -5, "engine_service_stop_timeout -5 is not an integer of 0 or more"),
         ("kv_cache_dtype", " ", "engine_service_kv_cache_dtype ' ' is not a non-empty string; leave it unset to omit the option"),
         ("async_scheduling", "yes", "engine_service_async_scheduling 'yes' is not true or false; leave it unset for vLLM's default"),

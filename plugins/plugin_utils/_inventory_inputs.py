@@ -1,0 +1,192 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Inventory inputs no role declares, numbers outside their range, layouts without their hosts.
+
+Judged by playbooks/inventory_check.yml, on the controller, before any play has run on a
+node: a node's hostvars then hold only what the inventory (or -e) sets and cached facts
+(named ansible_*), never a registered result or a set_fact of the roles. That is the rule
+that keeps the collection's internal variables (engine_service_started, preflight_node...)
+out of the unknown-variable check.
+
+Standard library only (and the engine settings' rows), so it is unit-tested without Ansible.
+"""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import SETTINGS, _variable
+
+# The range of every timeout, count, size, interval and port input that is not an engine
+# setting (those carry theirs in _engine_settings.py's rows): (minimum, maximum), inclusive,
+# None for no bound. tests/unit checks that every int/float option of every argument_specs
+# file has a range here, in an engine setting's row, or choices.
+PORT = (1, 65535)
+INPUT_RANGES = {
+    "balancer_port": PORT,
+    "balancer_max_fails": (0, 100),
+    "bench_max_tokens": (1, 1048576),
+    "bench_request_timeout": (1, 86400),
+    "bench_field_context_repeats": (1, 1000),
+    "bench_field_wave_tokens": (1, 10485760),
+    "bench_sample_interval": (0.1, 3600),
+    "bench_sample_max_seconds": (1, 604800),
+    "bench_quality_max_tokens": (1, 1048576),
+    "bench_quality_timeout": (1, 86400),
+    "bench_community_runs": (1, 1000),
+    "bench_community_timeout": (1, 604800),
+    "container_runtime_apt_pin_priority": (1, 32767),
+    "engine_image_port": PORT,
+    "engine_image_transfer_timeout": (60, 604800),
+    "engine_image_idle_timeout": (10, 86400),
+    "engine_image_progress_interval": (0.1, 3600),
+    "engine_image_pull_min_free_gb": (0, 100000),
+    "engine_image_load_space_factor": (1, 100),
+    "engine_image_headroom_gb": (0, 100000),
+    # The upper bound, N-1 of the layout, is the engine validation's (_engine_validation.py).
+    "engine_service_rank": (0, None),
+    "engine_service_keep_versions": (1, 100),
+    "engine_service_smoke_max_tokens": (1, 1048576),
+    "engine_service_watchdog_interval": (1, 3600),
+    "engine_service_watchdog_follow_interval": (1, 3600),
+    "engine_service_watchdog_failures": (1, 1000),
+    "engine_service_gid_port": (1, 255),
+    "fabric_report_ping_count": (1, 100000),
+    "fabric_report_ping_interval": (0.002, 60),
+    "fabric_report_iperf3_seconds": (1, 3600),
+    "fabric_report_iperf3_streams": (1, 128),
+    "fabric_report_iperf3_port": PORT,
+    "fabric_report_perftest_size": (2, 1073741824),
+    "fabric_report_perftest_iterations": (1, 100000000),
+    "fabric_report_perftest_port": PORT,
+    "host_hardening_earlyoom_mem_percent": (0, 100),
+    "host_hardening_earlyoom_swap_percent": (0, 100),
+    "host_hardening_earlyoom_report_interval": (0, 86400),
+    "host_hardening_sshd_oom_score_adjust": (-1000, 1000),
+    "model_weights_space_margin_gb": (0, 100000),
+    "model_weights_rsync_port": PORT,
+    "model_weights_rsync_bwlimit": (0, 100000000),
+    "model_weights_rsync_io_timeout": (10, 86400),
+    "model_weights_sync_timeout": (60, 604800),
+    "model_weights_progress_interval": (0.1, 3600),
+    "monitoring_node_exporter_port": PORT,
+    "monitoring_collector_interval": (1, 3600),
+    "monitoring_fabric_rate_gbps": (0.001, 10000),
+    "monitoring_kv_cache_threshold": (0, 1),
+    "monitoring_memory_available_ratio": (0, 1),
+    "nvidia_driver_apt_pin_priority": (1, 32767),
+    "nvidia_driver_reboot_timeout": (60, 7200),
+    "preflight_min_memory_mb": (1, 100000000),
+    "roce_fabric_prefix": (1, 32),
+    "roce_fabric_mtu": (1280, 9216),
+    "roce_fabric_link_timeout": (1, 3600),
+    "roce_fabric_ping_count": (1, 1000),
+    "roce_fabric_ping_interval": (0.002, 60),
+    "roce_fabric_ping_timeout": (1, 600),
+    "roce_fabric_ib_port": (1, 255),
+}
+
+# The balancer's inventory group (inventory/sample/hosts.yml); roles/balancer runs on
+# its first host, or on rank 0 while it is empty.
+BALANCER_GROUP = "dgxspark_balancer"
+
+
+class InventoryInputsError(Exception):
+    """The specs handed in are unusable."""
+
+
+def declared_inputs(specs_by_role):
+    """Every option of every entry point of O(specs_by_role) (role name to its parsed
+    C(meta/argument_specs.yml)): option name to its spec (the first entry point's)."""
+    if not isinstance(specs_by_role, dict) or not specs_by_role:
+        raise InventoryInputsError("expected a mapping of role name to its argument specs, got %r" % (specs_by_role,))
+    declared = {}
+    for role, spec in specs_by_role.items():
+        entry_points = (spec or {}).get("argument_specs") if isinstance(spec, dict) else None
+        if not isinstance(entry_points, dict):
+            raise InventoryInputsError("roles/%s/meta/argument_specs.yml has no argument_specs mapping" % role)
+        for entry_point in entry_points.values():
+            for name, option in ((entry_point or {}).get("options") or {}).items():
+                declared.setdefault(name, option)
+    return declared
+
+
+def role_prefixes(specs_by_role):
+    """The variable prefix of each role: its name and an underscore."""
+    return tuple(sorted(role + "_" for role in specs_by_role))
+
+
+def unknown_input_problems(declared, prefixes, host, host_vars):
+    """One message per variable of O(host_vars) named with a role's prefix that no role declares."""
+    problems = []
+    for name in sorted(host_vars):
+        if not name.startswith(prefixes) or name in declared:
+            continue
+        closest = difflib.get_close_matches(name, list(declared), n=1, cutoff=0.6)
+        hint = "did you mean %s? " % closest[0] if closest else ""
+        problems.append(
+            "%s: %s is set (to %r) but no role declares it, so it would be ignored and the default used; %sRename "
+            "or remove it in the inventory (the inputs are in roles/*/meta/argument_specs.yml)."
+            % (host, name, host_vars[name], hint))
+    return problems
+
+
+def input_ranges():
+    """Variable name to (minimum, maximum) for every bounded number: INPUT_RANGES and the engine settings' rows."""
+    ranges = dict(INPUT_RANGES)
+    for setting in SETTINGS:
+        if setting.kind in ("int", "float") and (setting.minimum is not None or setting.maximum is not None):
+            ranges[_variable(setting.name)] = (setting.minimum, setting.maximum)
+    return ranges
+
+
+def _number(value):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Number):
+        return value
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
+
+
+def range_problems(ranges, host, host_vars):
+    """One message per value of O(host_vars) outside its range (a value that is no number is
+    left to the role's spec, which names its type)."""
+    problems = []
+    for name in sorted(set(ranges) & set(host_vars)):
+        value = _number(host_vars[name])
+        minimum, maximum = ranges[name]
+        if value is None or ((minimum is None or value >= minimum) and (maximum is None or value <= maximum)):
+            continue
+        expected = ("from %s to %s" % (minimum, maximum) if minimum is not None and maximum is not None
+                    else "%s or more" % minimum if minimum is not None else "at most %s" % maximum)
+        problems.append("%s: %s is %s; expected a number %s. Set it in that range in the inventory."
+                        % (host, name, host_vars[name], expected))
+    return problems
+
+
+def layout_problems(hosts_values, groups):
+    """A fleet (engine_service_replicas above 1 on a host) in an inventory without the balancer's group."""
+    fleet_hosts = [host for host, values in hosts_values.items()
+                   if (_number(values.get("engine_service_replicas", 1)) or 1) > 1]
+    if not fleet_hosts or BALANCER_GROUP in groups:
+        return []
+    return ["%s: engine_service_replicas is %s, a fleet that needs the balancer, but the inventory has no group %s. "
+            "Add the group (empty, the balancer runs on rank 0) or set engine_service_replicas to 1."
+            % (", ".join(fleet_hosts), hosts_values[fleet_hosts[0]]["engine_service_replicas"], BALANCER_GROUP)]
+
+
+def inventory_input_problems(specs_by_role, hosts_values, groups):
+    """Every problem of every host: O(hosts_values) maps host name to the variables its inventory sets."""
+    declared = declared_inputs(specs_by_role)
+    prefixes = role_prefixes(specs_by_role)
+    ranges = input_ranges()
+    problems = []
+    for host, host_vars in hosts_values.items():
+        problems.extend(unknown_input_problems(declared, prefixes, host, host_vars))
+        problems.extend(range_problems(ranges, host, host_vars))
+    problems.extend(layout_problems(hosts_values, groups))
+    return problems

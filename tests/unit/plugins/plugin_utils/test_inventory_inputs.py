@@ -1,0 +1,173 @@
+# Copyright: Contributors to the dgxspark.cluster collection
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import SETTINGS_BY_NAME, _variable
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._inventory_inputs import (
+    BALANCER_GROUP,
+    INPUT_RANGES,
+    InventoryInputsError,
+    declared_inputs,
+    input_ranges,
+    inventory_input_problems,
+    layout_problems,
+    range_problems,
+    role_prefixes,
+    unknown_input_problems,
+)
+from unit_support import REPO_ROOT
+
+SPEC_FILES = sorted(REPO_ROOT.glob("roles/*/meta/argument_specs.yml"))
+SPECS = {path.parts[-3]: yaml.safe_load(path.read_text()) for path in SPEC_FILES}
+DECLARED = declared_inputs(SPECS)
+PREFIXES = role_prefixes(SPECS)
+
+
+def test_the_prefixes_are_the_roles_names():
+    assert "engine_service_" in PREFIXES and "bench_" in PREFIXES and "preflight_" in PREFIXES
+    assert len(PREFIXES) == len(SPEC_FILES) >= 12
+
+
+def test_every_entry_point_counts():
+    # engine_service_head_wait is no input of main but of another entry point.
+    specs = {"r": {"argument_specs": {"main": {"options": {"r_a": {"type": "int"}}},
+                                      "other": {"options": {"r_b": {"type": "str"}}}}}}
+    assert set(declared_inputs(specs)) == {"r_a", "r_b"}
+
+
+def test_unusable_specs_are_an_error():
+    with pytest.raises(InventoryInputsError, match="roles/r/meta/argument_specs.yml"):
+        declared_inputs({"r": {"options": {}}})
+
+
+def test_a_misspelt_input_is_refused_with_the_closest_name():
+    problems = unknown_input_problems(DECLARED, PREFIXES, "spark2", {"engine_service_start_timout": 600})
+    assert problems == [
+        "spark2: engine_service_start_timout is set (to 600) but no role declares it, so it would be ignored and "
+        "the default used; did you mean engine_service_start_timeout? Rename or remove it in the inventory (the "
+        "inputs are in roles/*/meta/argument_specs.yml)."]
+
+
+def test_declared_inputs_and_names_without_a_role_prefix_pass():
+    # The rule: only names with a role's prefix are judged (ansible_host, sim_*, the
+    # inventory's own helpers pass), and every declared input of every entry point passes.
+    host_vars = dict.fromkeys(DECLARED, 1)
+    host_vars.update(ansible_host="10.0.0.1", sim_engine_image_refs={}, inventory_check_done=True)
+    assert unknown_input_problems(DECLARED, PREFIXES, "spark1", host_vars) == []
+
+
+def test_a_name_far_from_every_input_gets_no_guess():
+    [problem] = unknown_input_problems(DECLARED, PREFIXES, "spark1", {"bench_zzzzzzzzzzzzzzzzzz": True})
+    assert "did you mean" not in problem and "bench_zzzzzzzzzzzzzzzzzz is set (to True)" in problem
+
+
+def _playbook_plays(path):
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize("path", sorted(REPO_ROOT.glob("playbooks/*.yml")), ids=lambda path: path.name)
+def test_every_entry_playbook_judges_the_inventory_before_any_node_play(path):
+    # The rule that keeps registered results and set_facts (engine_service_started,
+    # preflight_node...) out of the check: it runs before any play on a node.
+    plays = _playbook_plays(path)
+    if path.name == "inventory_check.yml":
+        assert [play["hosts"] for play in plays] == ["localhost"]
+        return
+    if all(play.get("hosts") == "localhost" for play in plays):
+        return  # bench_compare.yml reads reports on the controller only
+    assert plays[0].get("ansible.builtin.import_playbook") == "inventory_check.yml", path.name
+
+
+def test_registered_results_with_a_role_prefix_exist_so_the_timing_rule_matters():
+    # Were the check run later in a play, these would be refused: the test above must hold.
+    registered = set()
+    for path in REPO_ROOT.glob("roles/*/tasks/*.yml"):
+        registered.update(re.findall(r"^\s*register: (\w+)", path.read_text(), re.M))
+    internal = {name for name in registered if name.startswith(PREFIXES) and name not in DECLARED}
+    assert internal, "no registered result has a role prefix any more"
+    assert len(unknown_input_problems(DECLARED, PREFIXES, "h", dict.fromkeys(internal))) == len(internal)
+
+
+def _numeric_options():
+    return sorted({name for name, option in DECLARED.items() if option.get("type") in ("int", "float")})
+
+
+@pytest.mark.parametrize("name", _numeric_options())
+def test_every_numeric_input_has_a_range_or_choices(name):
+    assert name in input_ranges() or DECLARED[name].get("choices"), (
+        "%s is a number without a range: add it to INPUT_RANGES in plugins/plugin_utils/_inventory_inputs.py "
+        "(or give its engine setting's row a minimum/maximum)" % name)
+
+
+def test_a_range_is_declared_in_one_place():
+    engine_variables = {_variable(setting) for setting in SETTINGS_BY_NAME}
+    assert not set(INPUT_RANGES) & engine_variables
+    assert set(INPUT_RANGES) <= set(DECLARED), set(INPUT_RANGES) - set(DECLARED)
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    ("engine_service_start_timeout", 60, "spark3: engine_service_start_timeout is 60; expected a number 300 or more."),
+    ("engine_service_start_timeout", -1, "spark3: engine_service_start_timeout is -1; expected a number 300 or more."),
+    ("bench_request_timeout", 0, "spark3: bench_request_timeout is 0; expected a number from 1 to 86400."),
+    ("model_weights_rsync_port", 70000, "spark3: model_weights_rsync_port is 70000; expected a number from 1 to 65535."),
+    ("roce_fabric_mtu", "100", "spark3: roce_fabric_mtu is 100; expected a number from 1280 to 9216."),
+])
+def test_a_number_outside_its_range_is_refused(name, value, expected):
+    assert range_problems(input_ranges(), "spark3", {name: value}) == [expected + " Set it in that range in the inventory."]
+
+
+@pytest.mark.parametrize("name, value", [
+    ("engine_service_start_timeout", 300), ("engine_service_start_timeout", 1500), ("roce_fabric_mtu", 9000),
+    ("fabric_report_ping_count", "many"), ("balancer_port", True), ("unrelated", -1),
+])
+def test_a_number_in_range_or_not_a_number_passes(name, value):
+    # Not a number: the role's spec names the type.
+    assert range_problems(input_ranges(), "spark1", {name: value}) == []
+
+
+def test_every_default_is_in_its_range():
+    ranges = input_ranges()
+    defaults = {name: option["default"] for name, option in DECLARED.items()
+                if name in ranges and isinstance(option.get("default"), (int, float))}
+    assert defaults and range_problems(ranges, "default", defaults) == []
+
+
+def test_a_fleet_without_the_balancer_group_is_refused():
+    hosts = {"spark1": {"engine_service_replicas": 2}, "spark2": {"engine_service_replicas": 2}}
+    assert layout_problems(hosts, ["dgxspark_cluster"]) == [
+        "spark1, spark2: engine_service_replicas is 2, a fleet that needs the balancer, but the inventory has no "
+        "group dgxspark_balancer. Add the group (empty, the balancer runs on rank 0) or set "
+        "engine_service_replicas to 1."]
+    assert layout_problems(hosts, ["dgxspark_cluster", BALANCER_GROUP]) == []
+    assert layout_problems({"spark1": {"engine_service_replicas": 1}}, ["dgxspark_cluster"]) == []
+
+
+def _inventory_vars(inventory):
+    merged = {}
+    for path in sorted((REPO_ROOT / "inventory" / inventory / "group_vars").glob("dgxspark_cluster*/*.yml")) + sorted(
+            (REPO_ROOT / "inventory" / inventory / "group_vars").glob("dgxspark_cluster.yml")):
+        merged.update(yaml.load(path.read_text(), Loader=_VaultLoader) or {})
+    hosts = yaml.load((REPO_ROOT / "inventory" / inventory / "hosts.yml").read_text(), Loader=_VaultLoader)
+    cluster = hosts["dgxspark_cluster"]
+    merged.update(cluster.get("vars") or {})
+    return {host: dict(merged, **(values or {})) for host, values in cluster["hosts"].items()}, list(hosts)
+
+
+class _VaultLoader(yaml.SafeLoader):
+    pass
+
+
+_VaultLoader.add_constructor("!vault", lambda loader, node: loader.construct_scalar(node))
+
+
+@pytest.mark.parametrize("inventory", ["sample", "simulated"])
+def test_the_shipped_inventories_pass(inventory):
+    hosts_values, groups = _inventory_vars(inventory)
+    assert hosts_values
+    assert inventory_input_problems(SPECS, hosts_values, groups) == []
