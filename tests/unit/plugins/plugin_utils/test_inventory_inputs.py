@@ -8,6 +8,8 @@ import re
 import pytest
 import yaml
 
+from unit_support import REPO_ROOT
+
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import SETTINGS_BY_NAME, _variable
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._inventory_inputs import (
     BALANCER_GROUP,
@@ -21,7 +23,6 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._inventory_inputs
     role_prefixes,
     unknown_input_problems,
 )
-from unit_support import REPO_ROOT
 
 SPEC_FILES = sorted(REPO_ROOT.glob("roles/*/meta/argument_specs.yml"))
 SPECS = {path.parts[-3]: yaml.safe_load(path.read_text()) for path in SPEC_FILES}
@@ -88,7 +89,7 @@ def test_registered_results_with_a_role_prefix_exist_so_the_timing_rule_matters(
     # Were the check run later in a play, these would be refused: the test above must hold.
     registered = set()
     for path in REPO_ROOT.glob("roles/*/tasks/*.yml"):
-        registered.update(re.findall(r"^\s*register: (\w+)", path.read_text(), re.M))
+        registered.update(re.findall(r"^\s*register: (\w+)", path.read_text(), re.MULTILINE))
     internal = {name for name in registered if name.startswith(PREFIXES) and name not in DECLARED}
     assert internal, "no registered result has a role prefix any more"
     assert len(unknown_input_problems(DECLARED, PREFIXES, "h", dict.fromkeys(internal))) == len(internal)
