@@ -116,7 +116,6 @@ def test_with_the_upstream_check_off_a_run_gets_past_the_preflight():
     assert "pulling %s failed" % ref in out, out[-3000:]
 
 
-
 # Unknown variables, numbers out of range and a fleet without its balancer group:
 # playbooks/inventory_check.yml judges each host's own variables on the controller,
 # before any play runs on a node. Each case sets its value on spark2 alone, in a
