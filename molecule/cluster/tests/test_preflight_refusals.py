@@ -19,8 +19,8 @@ testinfra_hosts = ["local://"]
 
 REFUSALS = [
     (
-        {"preflight_min_memory_mb": 10**9},
-        r"spark\d has \d+ MiB of memory; at least 1000000000 MiB is required \(preflight_min_memory_mb\)",
+        {"preflight_min_memory_mb": 10**7},
+        r"spark\d has \d+ MiB of memory; at least 10000000 MiB is required \(preflight_min_memory_mb\)",
     ),
     (
         {"preflight_supported_architectures": ["aarch64"]},
