@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from ansible_collections.dgxspark.cluster.plugins.module_utils._node_software import (
     NodeSoftwareError,
     daemon_config,
+    daemon_options_problems,
     docker_runtimes_problems,
     driver_verdict,
     gpu_check_problems,
@@ -45,6 +46,7 @@ class FilterModule:
         return {
             "nvidia_driver_verdict": as_filter(driver_verdict, NodeSoftwareError),
             "container_runtime_daemon_config": as_filter(_daemon_config, NodeSoftwareError),
+            "container_runtime_daemon_options_problems": as_filter(daemon_options_problems, NodeSoftwareError),
             "container_runtime_runtimes_problems": as_filter(docker_runtimes_problems, NodeSoftwareError),
             "container_runtime_gpu_check_problems": as_filter(gpu_check_problems, NodeSoftwareError),
             "node_file_set_pending": as_filter(file_set_pending, NodeStateError),

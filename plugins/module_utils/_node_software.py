@@ -76,6 +76,55 @@ def _ulimit_entry(name, limit):
     return {"Name": name, "Soft": soft, "Hard": hard}
 
 
+def _tls_verified(options):
+    return options.get("tlsverify") is True and all(options.get(key) for key in ("tlscacert", "tlscert", "tlskey"))
+
+
+def daemon_options_problems(options, host=""):
+    """What makes O(options) (container_runtime_daemon_options) unsafe or impossible for
+    dockerd, one sentence per problem naming O(host), the key, what was found and the fix;
+    an empty list when there is none. Judged on the controller before any node changes:
+    a C(tcp://) listener without C(tlsverify) and its certificates hands root on the node to
+    anyone who reaches the port, and a key the role owns would be overwritten."""
+    prefix = "%s: " % host if host else ""
+    if not isinstance(options, dict):
+        return ["%scontainer_runtime_daemon_options=%r; expected a dict of daemon.json keys" % (prefix, options)]
+    problems = []
+    for key in OWNED_KEYS:
+        if key in options:
+            problems.append(
+                "%scontainer_runtime_daemon_options sets %r; the role owns it (set container_runtime_ulimits for "
+                "default-ulimits; live-restore is always true). Remove it." % (prefix, key)
+            )
+    hosts = options.get("hosts", [])
+    if isinstance(hosts, str):
+        hosts = [hosts]
+    if not isinstance(hosts, list) or not all(isinstance(item, str) for item in hosts):
+        problems.append(
+            "%scontainer_runtime_daemon_options.hosts=%r; expected a list of listen addresses such as "
+            "unix:///var/run/docker.sock" % (prefix, options.get("hosts"))
+        )
+        return problems
+    open_hosts = [item for item in hosts if item.strip().lower().startswith("tcp://")]
+    if open_hosts and not _tls_verified(options):
+        problems.append(
+            "%scontainer_runtime_daemon_options.hosts holds %s without tlsverify: true and tlscacert, tlscert "
+            "and tlskey: anyone who reaches that port is root on the node; expected only unix:// sockets, or TLS "
+            "client verification with its three files. Remove the tcp:// address or add the TLS keys."
+            % (prefix, ", ".join(open_hosts))
+        )
+    if hosts:
+        # On a systemd unit that passes -H (Debian's and Docker CE's pass -H fd://), dockerd refuses
+        # to start when daemon.json also sets hosts: "specified both as a flag and in the
+        # configuration file".
+        problems.append(
+            "%scontainer_runtime_daemon_options sets hosts (%s): docker.service already passes -H fd://, and "
+            "dockerd refuses to start with hosts both as a flag and in daemon.json; expected no hosts key. "
+            "Remove it (a listener needs a docker.service drop-in that clears ExecStart)." % (prefix, ", ".join(hosts))
+        )
+    return problems
+
+
 def daemon_config(options, runtime_path, ulimits, default_runtime=""):
     """Docker's daemon.json: the inventory's O(options) with the keys the cluster relies on.
 

@@ -8,6 +8,7 @@ import pytest
 from ansible_collections.dgxspark.cluster.plugins.module_utils._node_software import (
     NodeSoftwareError,
     daemon_config,
+    daemon_options_problems,
     docker_runtimes_problems,
     driver_verdict,
     gpu_check_problems,
@@ -187,3 +188,25 @@ def test_gpu_check_reports_no_gpu_and_odd_output():
     assert gpu_check_problems("NVIDIA GB10, 580.95.05", {}) == [
         "the host lists no GPU (gpu_facts); expected at least one"
     ]
+
+
+def test_daemon_options_problems_accepts_ordinary_options():
+    assert daemon_options_problems({"storage-driver": "overlay2", "log-opts": {"max-size": "10m"}}, "spark1") == []
+
+
+def test_daemon_options_problems_refuses_a_tcp_listener_without_tls_verify():
+    problems = daemon_options_problems({"hosts": ["unix:///var/run/docker.sock", "tcp://0.0.0.0:2375"]}, "spark2")
+    assert any("spark2:" in p and "tcp://0.0.0.0:2375 without tlsverify" in p for p in problems)
+    # a TLS listener is not refused as open, but hosts is still refused (dockerd gets -H fd://)
+    tls = {"hosts": ["tcp://0.0.0.0:2376"], "tlsverify": True, "tlscacert": "/ca", "tlscert": "/c", "tlskey": "/k"}
+    tls_problems = daemon_options_problems(tls, "spark2")
+    assert not any("without tlsverify" in p for p in tls_problems)
+    assert any("-H fd://" in p for p in tls_problems)
+    half = dict(tls, tlskey="")
+    assert any("without tlsverify" in p for p in daemon_options_problems(half, "spark2"))
+
+
+def test_daemon_options_problems_refuses_owned_keys_and_bad_shapes():
+    assert any("'live-restore'" in p for p in daemon_options_problems({"live-restore": False}, "spark3"))
+    assert "expected a dict" in daemon_options_problems(["hosts"], "spark3")[0]
+    assert "expected a list of listen addresses" in daemon_options_problems({"hosts": 5}, "spark3")[0]
