@@ -12,10 +12,8 @@ from ansible_collections.dgxspark.cluster.plugins.filter.node_software import pl
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._inventory_inputs import (
     InventoryInputsError,
-    declared_inputs,
-    input_ranges,
+    input_rules,
     inventory_input_problems,
-    role_prefixes,
 )
 
 
@@ -36,18 +34,15 @@ def _role_specs(roles_dir):
 
 
 def _inventory_input_problems(roles_dir, hostvars, hosts, groups):
-    specs_by_role = _role_specs(roles_dir)
-    prefixes = role_prefixes(specs_by_role)
-    declared = declared_inputs(specs_by_role)
-    ranges = input_ranges()
+    rules = input_rules(_role_specs(roles_dir))
     values = {}
     for host in hosts:
         host_vars = hostvars[host]
         # Only the values a rule reads are templated: a declared string built from a
         # variable the controller lacks (sim_checkout_dir) is not this check's business.
-        values[host] = {name: _read(host_vars, name) if name in ranges or name not in declared else None
-                        for name in host_vars if name.startswith(prefixes)}
-    return inventory_input_problems(specs_by_role, values, list(groups))
+        values[host] = {name: _read(host_vars, name) if name in rules.ranges or name not in rules.declared else None
+                        for name in host_vars if name.startswith(rules.prefixes)}
+    return inventory_input_problems(rules, values, list(groups))
 
 
 class FilterModule:

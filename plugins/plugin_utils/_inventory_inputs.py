@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import numbers
+from collections import namedtuple
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import SETTINGS, _variable
 
@@ -117,6 +118,14 @@ def role_prefixes(specs_by_role):
     return tuple(sorted(role + "_" for role in specs_by_role))
 
 
+def _shown(value):
+    # A misspelt name can hold a secret (a vaulted value arrives decrypted): only numbers,
+    # switches and null are repeated in the message.
+    if value is None or isinstance(value, (bool, numbers.Number)):
+        return "to %r" % (value,)
+    return "its value not shown: it may be a secret"
+
+
 def unknown_input_problems(declared, prefixes, host, host_vars):
     """One message per variable of O(host_vars) named with a role's prefix that no role declares."""
     problems = []
@@ -126,9 +135,9 @@ def unknown_input_problems(declared, prefixes, host, host_vars):
         closest = difflib.get_close_matches(name, list(declared), n=1, cutoff=0.6)
         hint = "did you mean %s? " % closest[0] if closest else ""
         problems.append(
-            "%s: %s is set (to %r) but no role declares it, so it would be ignored and the default used; %sRename "
+            "%s: %s is set (%s) but no role declares it, so it would be ignored and the default used; %sRename "
             "or remove it in the inventory (the inputs are in roles/*/meta/argument_specs.yml)."
-            % (host, name, host_vars[name], hint))
+            % (host, name, _shown(host_vars[name]), hint))
     return problems
 
 
@@ -179,14 +188,22 @@ def layout_problems(hosts_values, groups):
             % (", ".join(fleet_hosts), hosts_values[fleet_hosts[0]]["engine_service_replicas"], BALANCER_GROUP)]
 
 
-def inventory_input_problems(specs_by_role, hosts_values, groups):
-    """Every problem of every host: O(hosts_values) maps host name to the variables its inventory sets."""
-    declared = declared_inputs(specs_by_role)
-    prefixes = role_prefixes(specs_by_role)
-    ranges = input_ranges()
+# What the checks read from the roles' specs, built once per run: declared inputs, role
+# prefixes and ranges (the filter also uses them to choose which values to template).
+InputRules = namedtuple("InputRules", "declared prefixes ranges")
+
+
+def input_rules(specs_by_role):
+    """The InputRules of O(specs_by_role) (role name to its parsed C(meta/argument_specs.yml))."""
+    return InputRules(declared_inputs(specs_by_role), role_prefixes(specs_by_role), input_ranges())
+
+
+def inventory_input_problems(rules, hosts_values, groups):
+    """Every problem of every host under O(rules) (input_rules): O(hosts_values) maps host name
+    to the variables its inventory sets."""
     problems = []
     for host, host_vars in hosts_values.items():
-        problems.extend(unknown_input_problems(declared, prefixes, host, host_vars))
-        problems.extend(range_problems(ranges, host, host_vars))
+        problems.extend(unknown_input_problems(rules.declared, rules.prefixes, host, host_vars))
+        problems.extend(range_problems(rules.ranges, host, host_vars))
     problems.extend(layout_problems(hosts_values, groups))
     return problems

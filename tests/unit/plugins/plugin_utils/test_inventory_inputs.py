@@ -17,6 +17,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._inventory_inputs
     InventoryInputsError,
     declared_inputs,
     input_ranges,
+    input_rules,
     inventory_input_problems,
     layout_problems,
     range_problems,
@@ -61,6 +62,13 @@ def test_declared_inputs_and_names_without_a_role_prefix_pass():
     host_vars = dict.fromkeys(DECLARED, 1)
     host_vars.update(ansible_host="10.0.0.1", sim_engine_image_refs={}, inventory_check_done=True)
     assert unknown_input_problems(DECLARED, PREFIXES, "spark1", host_vars) == []
+
+
+def test_a_misspelt_input_holding_a_string_is_refused_without_its_value():
+    # engine_service_api_kee: a vaulted key arrives decrypted; the refusal must not print it.
+    [problem] = unknown_input_problems(DECLARED, PREFIXES, "spark1", {"engine_service_api_kee": "sk-not-for-logs"})
+    assert "sk-not-for-logs" not in problem
+    assert "spark1: engine_service_api_kee is set (its value not shown: it may be a secret)" in problem
 
 
 def test_a_name_far_from_every_input_gets_no_guess():
@@ -171,4 +179,4 @@ _VaultLoader.add_constructor("!vault", lambda loader, node: loader.construct_sca
 def test_the_shipped_inventories_pass(inventory):
     hosts_values, groups = _inventory_vars(inventory)
     assert hosts_values
-    assert inventory_input_problems(SPECS, hosts_values, groups) == []
+    assert inventory_input_problems(input_rules(SPECS), hosts_values, groups) == []
