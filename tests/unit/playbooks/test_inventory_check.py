@@ -106,7 +106,7 @@ def simulated_copy(tmp_path, host_vars=None, drop_groups=()):
      "spark3: engine_service_start_timout is set (to 600) but no role declares it, so it would be ignored and the "
      "default used; did you mean engine_service_start_timeout?"),
     ({"spark3": {"bench_request_timeout": -1}}, (),
-     "spark3: bench_request_timeout is -1; expected a number from 1 to 86400."),
+     "spark3: bench_request_timeout is -1; expected a number from 0.01 to 86400."),
     ({"spark3": {"engine_service_replicas": 2}}, ("dgxspark_balancer",),
      "spark3: engine_service_replicas is 2, a fleet that needs the balancer, but the inventory has no group "
      "dgxspark_balancer."),

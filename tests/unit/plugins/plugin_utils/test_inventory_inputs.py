@@ -123,7 +123,7 @@ def test_a_range_is_declared_in_one_place():
 @pytest.mark.parametrize("name, value, expected", [
     ("engine_service_start_timeout", 60, "spark3: engine_service_start_timeout is 60; expected a number 300 or more."),
     ("engine_service_start_timeout", -1, "spark3: engine_service_start_timeout is -1; expected a number 300 or more."),
-    ("bench_request_timeout", 0, "spark3: bench_request_timeout is 0; expected a number from 1 to 86400."),
+    ("bench_request_timeout", 0, "spark3: bench_request_timeout is 0; expected a number from 0.01 to 86400."),
     ("model_weights_rsync_port", 70000, "spark3: model_weights_rsync_port is 70000; expected a number from 1 to 65535."),
     ("roce_fabric_mtu", "100", "spark3: roce_fabric_mtu is 100; expected a number from 1280 to 9216."),
 ])
