@@ -12,10 +12,14 @@ import re
 # [registry[:port]/]path[:tag]@sha256:<64 hex>.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REGISTRY = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?)"
+# Docker's tag is [\w][\w.-]{0,127} with ASCII \w; Python's \w would take any letter.
 REF_PATTERN = re.compile(
-    r"^(?:(?P<registry>%s)/)?(?P<path>%s(?:/%s)*)(?::(?P<tag>[\w][\w.-]{0,127}))?@(?P<digest>sha256:[0-9a-f]{64})$"
+    r"^(?:(?P<registry>%s)/)?(?P<path>%s(?:/%s)*)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"@(?P<digest>sha256:[0-9a-f]{64})$"
     % (_REGISTRY, _COMPONENT, _COMPONENT)
 )
+# Docker refuses a name (registry and path) longer than this.
+NAME_MAX_LENGTH = 255
 DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
 DEFAULT_LOCAL_REPOSITORY = "dgxspark/engine"
 
@@ -44,6 +48,9 @@ def parse_ref(ref):
             "%r: %r is not a valid image name (lowercase path components, optional registry host[:port] "
             "and :tag)" % (ref, name)
         )
+    tag = match.group("tag")
+    if len(name[:-len(tag) - 1] if tag else name) > NAME_MAX_LENGTH:
+        raise ValueError("%r: the name is longer than the %d characters Docker allows" % (ref, NAME_MAX_LENGTH))
     registry, path = match.group("registry"), match.group("path")
     if registry and not _is_registry(registry):
         if not re.fullmatch(_COMPONENT, registry):
@@ -53,7 +60,7 @@ def parse_ref(ref):
         "ref": ref,
         "registry": registry,
         "path": path,
-        "tag": match.group("tag"),
+        "tag": tag,
         "digest": digest,
         "short": digest[len("sha256:"):][:12],
     }

@@ -132,12 +132,29 @@ _SECRET_HOMES = {
                               "weights with it; the engine reads them from disk)",
 }
 
-_SECRET_LAST_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS", "APIKEY")
+# The same homes for the names a command line gives them (--api-key, --hf-token).
+_SECRET_HOMES.update({
+    "API_KEY": _SECRET_HOMES["VLLM_API_KEY"],
+    "OPENAI_API_KEY": _SECRET_HOMES["VLLM_API_KEY"],
+    "HF_API_TOKEN": _SECRET_HOMES["HF_TOKEN"],
+    "HUGGINGFACE_TOKEN": _SECRET_HOMES["HF_TOKEN"],
+    "HUGGINGFACEHUB_API_TOKEN": _SECRET_HOMES["HF_TOKEN"],
+})
 
-_SECRET_LAST_PAIRS = ("API_KEY", "ACCESS_KEY", "SECRET_KEY", "PRIVATE_KEY", "AUTH_KEY")
+_SECRET_LAST_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY",
+                      "AUTHKEY")
+
+_SECRET_LAST_PAIRS = ("API_KEY", "ACCESS_KEY", "SECRET_KEY", "PRIVATE_KEY", "AUTH_KEY", "SIGNING_KEY")
+
+# The first word of names whose every key is a secret: NGC_API_KEY, NGC_CLI_API_KEY, NGC_KEY.
+_SECRET_FIRST_WORDS = ("NGC",)
 
 # Names that look like secrets and are not.
 _NOT_SECRETS = ("HF_HUB_DISABLE_IMPLICIT_TOKEN",)
+
+# A command line's flags that give a secret (vLLM's --api-key, --hf-token; --token,
+# --password of any tool), compared as names: --api-key reads API_KEY.
+_FLAG_NAME = re.compile(r"^--?([A-Za-z][A-Za-z0-9_-]*)$")
 
 
 def _hosts_phrase(hosts):
@@ -147,11 +164,63 @@ def _hosts_phrase(hosts):
 
 
 def _is_secret_name(name):
-    upper = name.upper()
+    upper = name.upper().replace("-", "_")
     if upper in _NOT_SECRETS:
         return False
     words = upper.split("_")
-    return words[-1] in _SECRET_LAST_WORDS or "_".join(words[-2:]) in _SECRET_LAST_PAIRS
+    return (words[-1] in _SECRET_LAST_WORDS or "_".join(words[-2:]) in _SECRET_LAST_PAIRS
+            or (words[0] in _SECRET_FIRST_WORDS and words[-1] == "KEY"))
+
+
+def _secret_home(name):
+    return _SECRET_HOMES.get(name.upper().replace("-", "_"),
+                             "no secret here (the collection's secrets are engine_service_api_key and "
+                             "model_weights_hf_token, vault-encrypted)")
+
+
+def _argv_secret_name(argument):
+    """The secret an argv item gives, as the message names it (a flag, or NAME of NAME=value,
+    -eNAME=value, --env=NAME=value), or None. Never the value."""
+    text = argument.strip()
+    flag, separator, rest = text.partition("=")
+    if flag in ("-e", "--env") and separator:
+        text = rest
+    elif text.startswith("-e") and not text.startswith("--"):
+        # docker's -eNAME=value.
+        text = text[2:]
+    else:
+        match = _FLAG_NAME.match(flag)
+        if match and _is_secret_name(match.group(1)):
+            return flag
+    name = text.partition("=")[0]
+    if "=" in text and _ENV_NAME.match(name) and _is_secret_name(name):
+        return name
+    return None
+
+
+def argv_secret_problems(variable, argv):
+    """One message per secret O(argv) (a free-form argument list, O(variable)'s) gives on
+    the command line: a flag named like a secret (--api-key, --hf-token, --password) or an
+    environment entry (NAME=value, -e NAME=value) whose name is one. The message names the
+    flag or the name and where the secret belongs, never the value; an argv that is no list
+    is left to the role's spec."""
+    if not isinstance(argv, list):
+        return []
+    problems = []
+    for position, argument in enumerate(argv):
+        if not isinstance(argument, str):
+            continue
+        secret = _argv_secret_name(argument)
+        if secret is None:
+            continue
+        problems.append(
+            "%s[%d] holds %s, a secret, on a command line (its value is not repeated here): a command line is written "
+            "into the node's unit and shown by ps and ansible-playbook -v; expected: %s. %s"
+            % (variable, position, secret, _secret_home(secret.lstrip("-")),
+               "Remove it and its value, and set it there." if secret.lstrip("-").upper().replace("-", "_")
+               in _SECRET_HOMES else "Remove it and its value.")
+        )
+    return problems
 
 
 def _env_entry_problem(name, value):
@@ -341,6 +410,9 @@ def _container_extra_args_problems(extra, allowed):
             value = extra[position]
             found = "%s %s" % (text, value)
             position += 1
+        if flag in ("-e", "--env") and value is not None:
+            # The variable's name only: its value may be a secret (argv_secret_problems names where it belongs).
+            found = "%s %s" % (flag, value.partition("=")[0])
         refusal = _docker_option_refusal(name, flag, value, found, allowed)
         if refusal:
             problems.append(refusal)

@@ -120,8 +120,35 @@ def test_one_hosts_unknown_out_of_range_or_layout_input_is_refused_on_the_contro
     assert recap_hosts(done.stdout) == ["localhost"], done.stdout[-2000:]
 
 
+SECRET = "sk-never-shown-0123"
+
+
+@pytest.mark.parametrize("values, expected", [
+    ({"model_weights_dir": "/srv"},
+     "spark3: model_weights_dir is /srv; expected the model's own directory, an absolute normalised path at least 3 "
+     "levels deep (/srv/models/<name>), since the weights sync (rsync --delete) deletes whatever else it holds; /srv "
+     "is 1 level deep, a shared directory. Set model_weights_dir to a directory only the weights live in."),
+    ({"engine_service_container_extra_args": ["--env", "HF_TOKEN=" + SECRET]},
+     "spark3: engine_service_container_extra_args[1] holds HF_TOKEN, a secret, on a command line (its value is not "
+     "repeated here)"),
+    ({"engine_image_ref": "192.168.99.5:5000/DGXSpark/vllm-sim@" + SIM_REFS["sim_engine_image_refs"]["v1"][-71:]},
+     "spark3: engine_image_ref is 192.168.99.5:5000/DGXSpark/vllm-sim@sha256:"),
+    ({"model_weights_hf_revision": "0d1e2f3a4b5c"},
+     "spark3: model_weights_hf_revision is 0d1e2f3a4b5c, but 5d3c2b1a0f9e8d7c6b5a49382716f5e4d3c2b1a0 on spark1, spark2 "
+     "and spark4; expected one value on every host of dgxspark_cluster"),
+], ids=["weights_dir", "secret_in_arguments", "image_reference_grammar", "cluster_wide_disagreement"])
+def test_one_hosts_value_of_the_wrong_form_or_disagreeing_is_refused_on_the_controller(tmp_path, values, expected):
+    done, output = run(simulated_copy(tmp_path, {"spark3": values}), "inventory_check.yml", "-e", json.dumps(SIM_REFS))
+    assert done.returncode != 0, output[-3000:]
+    assert expected.replace("'", "''") in output, output[-3000:]
+    assert SECRET not in done.stdout + done.stderr
+    assert not re.search(r"spark[124]: ", output), output[-3000:]
+    assert recap_hosts(done.stdout) == ["localhost"], done.stdout[-2000:]
+
+
 def test_a_fleet_with_the_balancer_group_passes(tmp_path):
     # The simulated inventory's dgxspark_balancer group is empty: the balancer runs on rank 0.
-    done, output = run(simulated_copy(tmp_path, {"spark3": {"engine_service_replicas": 2}}), "inventory_check.yml",
-                       "-e", json.dumps(SIM_REFS))
+    # Every host sets the fleet: the replicas are one engine setting for the whole cluster.
+    fleet = {host: {"engine_service_replicas": 2} for host in SAMPLE_HOSTS}
+    done, output = run(simulated_copy(tmp_path, fleet), "inventory_check.yml", "-e", json.dumps(SIM_REFS))
     assert done.returncode == 0, output[-3000:]

@@ -937,8 +937,9 @@ CONTAINER_REFUSALS = [
       owned("--gpus all", "--gpus", "engine_service_container_gpus"),
       owned("--cap-add SYS_NICE", "--cap-add", "engine_service_container_capabilities"),
       owned("--ulimit nofile=1024", "--ulimit", "engine_service_container_ulimits"),
-      owned("-e A=1", "-e", "engine_service_env"),
-      owned("-eB=2", "-e", "engine_service_env"),
+      # The variable's name only: an environment value may be a secret.
+      owned("-e A", "-e", "engine_service_env"),
+      owned("-e B", "-e", "engine_service_env"),
       owned("--env-file=/x.env", "--env-file", "engine_service_env"),
       owned("-v /a:/b", "-v", "engine_service_extra_mounts"),
       owned("--mount type=bind,source=/a,target=/b", "--mount", "engine_service_extra_mounts"),
