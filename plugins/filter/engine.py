@@ -21,7 +21,10 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_argv impo
 )
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_container_checks import engine_container_problems
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import EngineConfigError
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import systemd_exec_line
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import (
+    systemd_exec_line,
+    systemd_verify_command,
+)
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_validation import engine_config_problems
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._progress import ProgressError, start_phase_line
@@ -36,6 +39,7 @@ class FilterModule:
             "engine_replica_layout": as_filter(replica_layout, EngineConfigError),
             "engine_cudagraph_capture_size": as_filter(effective_cudagraph_capture_size, EngineConfigError),
             "systemd_exec_line": as_filter(systemd_exec_line, EngineConfigError),
+            "systemd_verify_command": as_filter(systemd_verify_command, EngineConfigError),
             "engine_container_argv": as_filter(container_argv, EngineConfigError),
             "engine_env_file": as_filter(env_file_text, EngineConfigError),
             "engine_cluster_verdict": as_filter(cluster_verdict, EngineHealthError),

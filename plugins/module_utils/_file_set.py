@@ -16,6 +16,10 @@ before it is renamed over the path. A symlink pointing elsewhere is replaced the
 same way, by a temporary link renamed over it. An existing file or directory
 whose content is right but whose mode or owner is not is fixed in place.
 
+A file may name a ``validate`` command (``%s`` for the file): :func:`validate_file_set`
+runs it on the new content of each file created or changed, in a private temporary
+directory, before :func:`apply_file_set` replaces anything, and returns the failures.
+
 The content of a file is never put into a message or a step's report here:
 messages name paths, kinds, modes and owners only, and :func:`diff_entries`
 leaves secret files out.
@@ -28,6 +32,8 @@ import os
 import pwd
 import re
 import secrets
+import shlex
+import shutil
 import stat
 import tempfile
 
@@ -68,10 +74,10 @@ class Step:
     content changes (for a diff); neither is ever put into a message."""
 
     __slots__ = ("kind", "path", "index", "mode", "uid", "gid", "owner", "group", "data", "secret", "src",
-                 "reasons", "implicit", "current_uid", "current_gid", "before")
+                 "reasons", "implicit", "current_uid", "current_gid", "before", "validate")
 
     def __init__(self, kind, path, index, mode=None, uid=None, gid=None, owner=None, group=None, data=None,
-                 secret=False, src=None, implicit=False):
+                 secret=False, src=None, implicit=False, validate=None):
         self.kind = kind
         self.path = path
         self.index = index
@@ -88,6 +94,7 @@ class Step:
         self.current_uid = None
         self.current_gid = None
         self.before = None
+        self.validate = validate
 
     def __repr__(self):
         # never the content
@@ -204,6 +211,23 @@ def _entry(kind, index, item, problems, uid_of, gid_of):
                     % (path, exc.start)
                 )
                 bad = True
+    if kind == "file" and item.get("validate") is not None:
+        validate = item.get("validate")
+        if not isinstance(validate, str) or "%s" not in validate:
+            problems.append(
+                "file %s: validate is %s; expected a command holding %%s, the path of the file to check"
+                % (path, repr(validate) if isinstance(validate, str) else _type_name(validate))
+            )
+            bad = True
+        else:
+            try:
+                validation_argv(validate, "/x")
+            except ValueError as exc:
+                problems.append("file %s: validate %r cannot be split into words (%s); expected a command"
+                                % (path, validate, exc))
+                bad = True
+            else:
+                step.validate = validate
     if kind == "link":
         src = item.get("src")
         if not isinstance(src, str) or not src:
@@ -433,7 +457,8 @@ def plan_file_set(directories=(), files=(), links=(), uid_of=lookup_uid, gid_of=
     ``reasons`` is already as desired. Reads the disk, writes nothing.
 
     Each directory is ``{path, mode, owner?, group?}``, each file ``{path, content, mode,
-    owner?, group?, secret?}``, each link ``{path, src}``; ``mode`` is an octal string.
+    owner?, group?, secret?, validate?}``, each link ``{path, src}``; ``mode`` is an octal
+    string, ``validate`` a command holding ``%s`` (see :func:`validate_file_set`).
     Raises FileSetError naming every problem found."""
     problems = []
     steps = []
@@ -505,6 +530,85 @@ def diff_entries(steps):
             "after": step.data.decode("utf-8"),
         })
     return entries
+
+
+# --------------------------------------------------------------------------- validation
+
+
+_PLACEHOLDER = re.compile(r"%[%s]")
+
+
+def validation_argv(command, path):
+    """The argv of a validate O(command) for the file at O(path): the command split into
+    words as a shell would (no shell runs it), then in each word C(%s) replaced by O(path)
+    and C(%%) by C(%). Raises ValueError for a command that cannot be split (an unbalanced
+    quote) or holds no word."""
+    words = shlex.split(command)
+    if not words:
+        raise ValueError("no command")
+    return [_PLACEHOLDER.sub(lambda match: "%" if match.group() == "%%" else path, word) for word in words]
+
+
+def _validation_layout(steps, root):
+    """Where each file with a validate goes under the temporary directory O(root): the
+    files of one directory side by side in C(<root>/<n>/<name of that directory>/), each
+    under its own name, so a unit finds another unit of its directory beside it and a
+    drop-in sits in a directory named C(<unit>.d)."""
+    places = {}
+    directories = {}
+    for step in steps:
+        if step.kind != "file" or step.validate is None:
+            continue
+        directory, base = os.path.split(step.path)
+        if directory not in directories:
+            directories[directory] = os.path.join(root, str(len(directories)), os.path.basename(directory) or "root")
+        places[step.path] = os.path.join(directories[directory], base)
+    return places
+
+
+def validate_file_set(steps, run, temp_root=None):
+    """Run the validate command of every file created or changed, on its new content,
+    before anything is replaced. Returns one dict per failure (path, validate, rc,
+    stdout, stderr); an empty list when every command succeeded or none was to run.
+
+    The new text of every file with a validate (changed or not: a unit may name another
+    of its directory) is written to a private temporary directory (see
+    :func:`_validation_layout`), with the mode it will have; O(run) is called with the
+    argv for each changed file and returns (rc, stdout, stderr). The temporary
+    directory is removed before returning. Nothing under the set's paths is touched."""
+    checked = [s for s in steps if s.kind == "file" and s.validate is not None and {"created", "content"} & set(s.reasons)]
+    if not checked:
+        return []
+    root = tempfile.mkdtemp(prefix="dgxspark-file-set.", dir=temp_root)
+    try:
+        places = _validation_layout(steps, root)
+        for step in steps:
+            place = places.get(step.path)
+            if place is None:
+                continue
+            os.makedirs(os.path.dirname(place), mode=0o700, exist_ok=True)
+            fd = os.open(place, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(step.data)
+                os.fchmod(handle.fileno(), step.mode)
+        failures = []
+        for step in checked:
+            rc, out, err = run(validation_argv(step.validate, places[step.path]))
+            if rc != 0:
+                failures.append({"path": step.path, "validate": step.validate, "rc": rc, "stdout": out, "stderr": err})
+        return failures
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def validation_message(failures):
+    """One sentence per failed validation: the file, the command, its rc and what it said."""
+    parts = []
+    for failure in failures:
+        said = (failure["stderr"] or failure["stdout"] or "").strip()
+        parts.append("file %s: validate %r exited %s%s" % (
+            failure["path"], failure["validate"], failure["rc"], (": " + said) if said else " and said nothing"))
+    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------- writing

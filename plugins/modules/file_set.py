@@ -31,6 +31,10 @@ description:
     place.
   - A symlink pointing elsewhere is replaced atomically by a temporary symlink beside it renamed over it, so the
     path never goes missing.
+  - A file may name a O(files[].validate) command. Before anything of the set is created or replaced, each file
+    created or changed is checked by its command on the new content in a private temporary directory; when one
+    fails, the task fails naming the file, the command, its exit code and what it printed, and nothing of the set
+    is written, not even the files whose check passed.
   - Directories are converged first (shallowest first), then files, then links.
   - Nothing is ever removed; paths on the node that the set does not list are left alone.
 author:
@@ -40,7 +44,10 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: The disk is inspected and RV(changed_paths) and RV(reasons) say what would change; nothing is written.
+    details:
+      - The disk is inspected and RV(changed_paths) and RV(reasons) say what would change; nothing is written.
+      - O(files[].validate) does not run in check mode, as with M(ansible.builtin.template); a command may need
+        what earlier tasks, skipped in check mode, would install (the unit a drop-in extends, a program).
   diff_mode:
     support: partial
     details:
@@ -107,6 +114,23 @@ options:
           - When false the content is shown in the diff and the module arguments (C(-vvv)).
         type: bool
         default: false
+      validate:
+        description:
+          - A command that checks the new content before the file is created or replaced, as for
+            M(ansible.builtin.template); C(%s) stands for the path of the file to check and C(%%) for a C(%).
+          - It is split into words as a shell would split it and run without a shell (use C(sh -c '...' sh %s) for
+            one), with C(LC_ALL=C). It passes when it exits 0.
+          - It runs only for a file created or whose content changes, never for a file left as it is or whose mode
+            or owner alone changes, and not in check mode.
+          - The file to check is a copy of the new content, with the file's mode, under its own name in a private
+            temporary directory removed afterwards; the files of one directory of the set that have a
+            O(files[].validate) are copied there side by side (changed or not), in a directory of the same name as
+            theirs. So V(systemd-analyze verify %s) sees a unit's real name and finds another unit of the set
+            beside it, and a drop-in sits in a directory named C(<unit>.d), whose parent can go on
+            C(SYSTEMD_UNIT_PATH) to verify the unit with it.
+          - Every command of the set runs before anything is written; when one fails, nothing is written and the
+            task fails with RV(validation).
+        type: str
   links:
     description: Symlinks.
     type: list
@@ -166,6 +190,14 @@ EXAMPLES = r"""
   register: engine_files
   notify: Restart the engine
 
+- name: Write a unit, refused with nothing written when systemd-analyze finds fault with it
+  dgxspark.cluster.file_set:
+    files:
+      - path: /etc/systemd/system/dgxspark-node-metrics.service
+        content: "{{ lookup('dgxspark.cluster.role_template', 'dgxspark-node-metrics.service.j2') }}"
+        mode: "0644"
+        validate: systemd-analyze verify %s
+
 - name: Say which files changed
   ansible.builtin.debug:
     msg: "{{ engine_files.changed_paths }}"
@@ -192,6 +224,20 @@ changed_paths:
     - /var/lib/dgxspark/engine
     - /etc/dgxspark/engine/v0.11.0/engine.yaml
     - /etc/dgxspark/engine/current
+validation:
+  description:
+    - Only when the task failed because a O(files[].validate) command failed; one entry per failed command, with
+      the file's C(path), the C(validate) command, its C(rc), C(stdout) and C(stderr). The first failure's C(rc),
+      C(stdout) and C(stderr) are also returned at the top level.
+  returned: failure
+  type: list
+  elements: dict
+  sample:
+    - path: /etc/systemd/system/dgxspark-node-metrics.service
+      validate: systemd-analyze verify %s
+      rc: 1
+      stdout: ""
+      stderr: "dgxspark-node-metrics.service: Command /usr/bin/python4 is not executable: No such file or directory"
 reasons:
   description:
     - For each path of RV(changed_paths), why it changes, in this order; V(created) (it did not exist; then the
@@ -215,6 +261,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._file_set import 
     diff_entries,
     plan_file_set,
     report,
+    validate_file_set,
+    validation_message,
 )
 
 ARGUMENT_SPEC = dict(
@@ -240,6 +288,7 @@ ARGUMENT_SPEC = dict(
             owner=dict(type="str"),
             group=dict(type="str"),
             secret=dict(type="bool", default=False),
+            validate=dict(type="str"),
         ),
     ),
     links=dict(
@@ -257,6 +306,14 @@ def show_public_content(module, files):
     secret = {f["content"] for f in files if f["secret"] and isinstance(f["content"], str)}
     public = {f["content"] for f in files if not f["secret"] and isinstance(f["content"], str)}
     module.no_log_values.difference_update(public - secret)
+
+
+def run_validation(module, argv):
+    """rc, stdout and stderr of a validate command; a program that cannot be run is rc 127."""
+    try:
+        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANGUAGE": "C"}, handle_exceptions=False)
+    except OSError as exc:
+        return 127, "", "cannot run %s: %s" % (argv[0], exc.strerror or exc)
 
 
 def main():
@@ -280,6 +337,18 @@ def main():
     if module._diff:
         result["diff"] = diff_entries(steps)
     if changes and not module.check_mode:
+        # Every check before anything is written; on a refusal nothing changed.
+        try:
+            failures = validate_file_set(steps, lambda argv: run_validation(module, argv))
+        except OSError as exc:
+            result.update(changed=False, changed_paths=[], reasons={})
+            module.fail_json(msg="cannot check the file set, nothing was written: %s" % exc, **result)
+        if failures:
+            first = failures[0]
+            result.update(changed=False, changed_paths=[], reasons={}, validation=failures, rc=first["rc"],
+                          stdout=first["stdout"], stderr=first["stderr"])
+            module.fail_json(msg="refusing the file set, nothing was written: %s" % validation_message(failures),
+                             **result)
         try:
             apply_file_set(steps)
         except ApplyError as exc:

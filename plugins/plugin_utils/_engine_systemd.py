@@ -1,12 +1,14 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """systemd ExecStart= quoting: an argv as one line that systemd splits back into the
-same words, and the parser that checks it the way systemd reads it.
+same words, and the parser that checks it the way systemd reads it; and the command
+that checks a unit or drop-in with systemd-analyze verify before file_set writes it.
 """
 
 from __future__ import annotations
 
 import posixpath
+import shlex
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import EngineConfigError
 
@@ -54,20 +56,81 @@ def _systemd_word(argument, position):
     return '"%s"' % "".join(quoted)
 
 
-def systemd_exec_line(argv):
-    """Quote O(argv) (program first) as the value of a systemd C(ExecStart=) line.
+def systemd_exec_line(argv, prefix=""):
+    """Quote O(argv) (program first) as the value of a systemd C(ExecStart=) line
+    (or any C(Exec*=) line).
 
     Every argument is double-quoted with C(\\) and C(") backslash-escaped,
     control characters as C escapes, C(%) doubled against specifier expansion
     and C($) doubled against variable expansion, so systemd hands the process
-    exactly O(argv).
+    exactly O(argv). O(prefix) goes before the program, outside its quotes: the
+    special executable prefixes of systemd.service(5), such as C(-) (a failure
+    is ignored), each at most once.
     """
     if not isinstance(argv, (list, tuple)) or not argv:
         raise EngineConfigError("the command line must be a non-empty list of arguments")
     program = argv[0]
     if not isinstance(program, str) or not posixpath.isabs(program):
         raise EngineConfigError("the program %r is not an absolute path" % (program,))
-    return " ".join(_systemd_word(argument, position) for position, argument in enumerate(argv))
+    if not isinstance(prefix, str) or any(char not in _PROGRAM_PREFIXES for char in prefix) \
+            or len(set(prefix)) != len(prefix):
+        raise EngineConfigError("the prefix %r is not made of systemd's executable prefixes %s, each at most once"
+                                % (prefix, " ".join(_PROGRAM_PREFIXES)))
+    return prefix + " ".join(_systemd_word(argument, position) for position, argument in enumerate(argv))
+
+
+_UNIT_SUFFIXES = (".service", ".socket", ".timer", ".path", ".mount", ".automount", ".swap", ".target",
+                  ".slice", ".scope", ".device")
+
+# systemd-analyze verify fails on errors in the unit or in the units it names
+# directly (a program that is not there, a BindsTo= or Requires= unit not
+# found, a line that leaves the unit without ExecStart=); a warning about a
+# line of the file itself (an unknown key, a value systemd ignores) it only
+# prints, so the output is read for the file's path too. $1 is the copy of the
+# file that file_set made.
+_VERIFY = "systemd-analyze verify --man=no --recursive-errors=one"
+_VERIFY_TAIL = (
+    '[ -z "$out" ] || echo "$out" >&2; [ "$rc" = 0 ] || exit "$rc"; '
+    'case "$out" in *"$1:"*) echo "systemd-analyze warned about a line of $1" >&2; exit 1;; esac'
+)
+_VERIFY_UNIT = 'out=$(%s "$1" 2>&1); rc=$?; %s' % (_VERIFY, _VERIFY_TAIL)
+# $2: the instance to verify a template unit through, a link beside it.
+_VERIFY_TEMPLATE = ('i="$(dirname "$1")/$2"; ln -s "$(basename "$1")" "$i" || exit; out=$(%s "$i" 2>&1); rc=$?; %s'
+                    % (_VERIFY, _VERIFY_TAIL))
+# $2: the unit the drop-in extends, verified by name with the directory that
+# holds the copy's <unit>.d first on the unit path (the trailing colon keeps
+# systemd's own directories after it).
+_VERIFY_DROPIN = ('out=$(SYSTEMD_UNIT_PATH="$(dirname "$(dirname "$1")"):" %s "$2" 2>&1); rc=$?; %s'
+                  % (_VERIFY, _VERIFY_TAIL))
+
+
+def systemd_verify_command(path):
+    """The file_set C(validate) command that checks the unit or drop-in that goes to
+    O(path) with C(systemd-analyze verify), on the copy file_set makes (C(%s)).
+
+    A unit is verified as a file, under its own name (file_set keeps it), with the
+    units of its directory beside it. A template unit (C(name@.service)) is verified
+    through an instance, a link C(name@check.service) beside it. A drop-in
+    (C(<unit>.d/<name>.conf)) cannot be verified alone: the unit it extends is
+    verified by name with the copy's directory first on C(SYSTEMD_UNIT_PATH), so
+    systemd reads the installed unit with the new drop-in in place of the old one.
+    Anything else raises EngineConfigError.
+    """
+    if not isinstance(path, str) or not posixpath.isabs(path):
+        raise EngineConfigError("the path %r is not an absolute path" % (path,))
+    directory, name = posixpath.split(posixpath.normpath(path))
+    parent = posixpath.basename(directory)
+    if parent.endswith(".d") and parent[:-2].endswith(_UNIT_SUFFIXES) and name.endswith(".conf"):
+        words = [_VERIFY_DROPIN, parent[:-2].replace("@.", "@check.", 1)]
+    elif name.endswith(_UNIT_SUFFIXES) and "@." in name:
+        words = [_VERIFY_TEMPLATE, name.replace("@.", "@check.", 1)]
+    elif name.endswith(_UNIT_SUFFIXES):
+        words = [_VERIFY_UNIT]
+    else:
+        raise EngineConfigError("%s is neither a unit (%s) nor a drop-in (<unit>.d/<name>.conf)"
+                                % (path, " ".join(_UNIT_SUFFIXES)))
+    script = words[0]
+    return " ".join(shlex.quote(word) for word in ["sh", "-c", script, "sh", "%s"] + words[1:])
 
 
 def _unescape(line, index):

@@ -80,6 +80,9 @@ _TEMPLATE_ROLE_VARS = textwrap.dedent(
     for part in ("defaults", "vars"):
         role.update(loader.load_from_file(sys.argv[1] + "/roles/%s/%s/main.yml" % (sys.argv[2], part),
                                           trusted_as_template=True))
+    # As a play sets them for a role's task: dgxspark.cluster.role_template finds the role's templates.
+    role["role_path"] = sys.argv[1] + "/roles/" + sys.argv[2]
+    role["ansible_search_path"] = [role["role_path"]]
     results = []
     for variables, expressions in json.loads(sys.stdin.read()):
         templar = Templar(loader=loader, variables=dict(role, **variables))

@@ -31,6 +31,9 @@ SCRIPT = textwrap.dedent(
     for part in ("defaults", "vars"):
         role.update(loader.load_from_file(sys.argv[1] + "/roles/host_hardening/%s/main.yml" % part,
                                           trusted_as_template=True))
+    # As a play sets them for a role's task: dgxspark.cluster.role_template finds the role's templates.
+    role["role_path"] = sys.argv[1] + "/roles/host_hardening"
+    role["ansible_search_path"] = [role["role_path"]]
 
     def render(expression, **variables):
         return Templar(loader=loader, variables=dict(role, **variables)).template(trust_as_template(expression))

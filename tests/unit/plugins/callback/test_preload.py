@@ -18,7 +18,8 @@ import sys
 from ansible.plugins.loader import init_plugin_loader
 init_plugin_loader([sys.argv[1]])
 loaded = lambda: sorted(m for m in sys.modules if m.startswith(("ansible_collections.dgxspark.cluster.plugins.filter.",
-                                                                "ansible_collections.dgxspark.cluster.plugins.action.")))
+                                                                "ansible_collections.dgxspark.cluster.plugins.action.",
+                                                                "ansible_collections.dgxspark.cluster.plugins.lookup.")))
 before = loaded()
 from ansible_collections.dgxspark.cluster.plugins.callback.preload import CallbackModule
 CallbackModule().v2_playbook_on_start(None)
@@ -26,12 +27,13 @@ print(len(before), " ".join(loaded()))
 """
 
 
-def test_the_callback_loads_every_filter_file_and_the_read_action_of_the_collection():
+def test_the_callback_loads_every_filter_file_the_read_action_and_the_template_lookup_of_the_collection():
     done = subprocess.run([sys.executable, "-c", PROBE, str(ROOT / "collections")], capture_output=True, text=True,
                           check=True, cwd=ROOT)
     before, loaded = done.stdout.split(" ", 1)
     assert before == "0"
-    expected = sorted(["ansible_collections.dgxspark.cluster.plugins.action.node_read"]
+    expected = sorted(["ansible_collections.dgxspark.cluster.plugins.action.node_read",
+                       "ansible_collections.dgxspark.cluster.plugins.lookup.role_template"]
                       + ["ansible_collections.dgxspark.cluster.plugins.filter." + path.stem
                          for path in (ROOT / "plugins" / "filter").glob("*.py")])
     assert loaded.split() == expected

@@ -64,6 +64,7 @@ def test_filter_module_exposes_the_engine_filters():
         "engine_start_timeline",
         "engine_start_timeline_text",
         "systemd_exec_line",
+        "systemd_verify_command",
     ]
 
 
