@@ -5,7 +5,10 @@ started by site.yml through per-rank systemd units."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -30,11 +33,15 @@ from helpers import (
 )
 
 sys.path.insert(0, str(ROOT / "collections"))
+from ansible_collections.dgxspark.cluster.plugins.module_utils._file_set import validation_argv
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_argv import (
     SECRETS_TARGET,
     SECRETS_WRAPPER,
 )
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import parse_systemd_exec_line
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import (
+    parse_systemd_exec_line,
+    systemd_verify_command,
+)
 
 testinfra_hosts = ["local://"]
 
@@ -211,3 +218,40 @@ def test_watchdogs_stopped_by_hand_come_back_without_a_restart():
     assert [unit_state(host, "dgxspark-engine-watchdog.service") for host in HOSTS] == ["active"] * 4
     assert {host: engine_container(host) for host in HOSTS} == before
     assert completion()[0] == 200
+
+
+def test_the_units_pass_systemd_analyze_and_a_unit_it_refuses_replaces_nothing():
+    # The check file_set runs before it writes, run on what it wrote: each rank's units side by
+    # side in its version directory (the head's and a follower's watchdog differ), the collector's
+    # service and timer, and sshd's drop-in with the unit it extends.
+    for host in ("spark1", "spark2"):
+        directory = "/etc/dgxspark/engine/versions/%s/" % deployed_record(host)["version"]
+        paths = [directory + ENGINE_UNIT, directory + "dgxspark-engine-watchdog.service",
+                 "/etc/systemd/system/dgxspark-node-metrics.service", "/etc/systemd/system/dgxspark-node-metrics.timer",
+                 "/etc/systemd/system/ssh.service.d/dgxspark-oom.conf"]
+        script = "; ".join("%s || echo 'refused: %s'" % (" ".join(shlex.quote(word) for word in
+                                                                  validation_argv(systemd_verify_command(path), path)), path)
+                           for path in paths)
+        said = node_state(host, script + " 2>&1")
+        assert "refused: " not in said, (host, said)
+    # A unit systemd refuses, in a set with a new file: the task fails naming the file, the command
+    # and systemd-analyze's message, and neither the unit it would replace nor the new file changes.
+    directory = "/run/dgxspark-validate-check"
+    good = "[Unit]\nDescription=check\n\n[Service]\nType=oneshot\nExecStart=\"/bin/true\"\n"
+    node_state("spark1", "mkdir -p %s && printf '%%s' '%s' > %s/check.service" % (directory, good, directory))
+    unit = directory + "/check.service"
+    args = {"files": [{"path": unit, "mode": "0644", "content": good.replace("/bin/true", "/no/such/program"),
+                       "validate": systemd_verify_command(unit)},
+                      {"path": directory + "/new.conf", "mode": "0644", "content": "new\n"}]}
+    try:
+        done = subprocess.run(["ansible", "spark1", "-i", str(ROOT / "inventory" / "simulated" / "hosts.yml"),
+                               "-m", "dgxspark.cluster.file_set", "-a", json.dumps(args)],
+                              cwd=ROOT, env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"),
+                              capture_output=True, text=True, timeout=120, check=False)
+        out = flat(done.stdout)
+        assert done.returncode != 0 and "FAILED!" in out, out[-3000:]
+        assert "refusing the file set, nothing was written: file %s: validate" % unit in out, out[-3000:]
+        assert "/no/such/program is not executable" in out, out[-3000:]
+        assert node_state("spark1", "cat %s; ls %s" % (unit, directory)) == good + "check.service\n"
+    finally:
+        node_state("spark1", "rm -rf " + directory)

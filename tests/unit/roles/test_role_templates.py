@@ -1,8 +1,9 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The units, drop-ins and link files come from the roles' templates through
-dgxspark.cluster.role_template, and file_set is told to check each unit and drop-in
-with systemd-analyze verify (filter systemd_verify_command)."""
+dgxspark.cluster.role_template, every Exec line of the engine's unit is quoted as
+ExecStart is, and file_set is told to check each unit and drop-in with
+systemd-analyze verify (filter systemd_verify_command)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import pytest
 
 from unit_support import template_role_vars
 
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import systemd_verify_command
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import (
+    parse_systemd_exec_line,
+    systemd_verify_command,
+)
 
 LINK = {"netdev": "enP2p1s0f1np1", "hca": "roceP2p1s0f1", "address": "192.168.100.11", "prefix": 24}
 
@@ -31,6 +35,51 @@ def test_a_template_sees_its_template_vars_over_the_tasks_and_a_missing_one_is_n
     assert "role_template: no template nothere.j2 in the role's templates/ directory" in result["missing"]
     assert result["managed"] is True
     assert result["own"].endswith("IPv6AcceptRA=no\n")
+
+
+ENGINE = {
+    "engine_service_rank": 1, "engine_service_version": "0123456789abcdef",
+    "engine_service_version_dir": "/etc/dgxspark/engine/versions/0123456789abcdef",
+    "engine_service_patches": [{"src": "/dev/null", "dest": "/opt/x.py", "sha256": "0" * 64}],
+    "engine_service_patch_mounts": [{"src": "/etc/dgxspark/engine/versions/0123456789abcdef/patches/0-x.py",
+                                     "dest": "/opt/x.py"}],
+    "engine_service_exec_start": '"/usr/bin/docker" "run"', "engine_service_is_head": False,
+    "engine_service_head": "spark1", "engine_image_id": "sha256:" + "12" * 32, "engine_service_vllm_argv": ["vllm"],
+    "engine_service_container_env": {"A": "1"}, "engine_service_api_key": "",
+    "engine_service_head_address": "192.168.100.11", "roce_fabric_primary_address": "192.168.100.12",
+    "roce_fabric_sysfs_root": "/run/sim sysfs/%i", "engine_service_container_name": "dgxspark-engine",
+    "engine_service_stop_timeout": 10, "engine_service_docker": "/usr/bin/docker",
+    "engine_image_ref": "registry.example/vllm@sha256:" + "ab" * 32, "roce_fabric_active_hcas": ["roceP2p1s0f1"],
+}
+
+
+def test_every_exec_line_of_the_engine_unit_is_quoted_as_execstart_is():
+    (result,) = template_role_vars("engine_service", [(ENGINE, {
+        "unit": "{{ engine_service_unit_content }}",
+        "gid": "{{ engine_service_gid_argv }}", "sums": "{{ engine_service_patch_check_argv }}",
+        "remove": "{{ engine_service_container_remove_argv }}", "stop": "{{ engine_service_container_stop_argv }}",
+        "files": "{{ engine_service_version_files }}",
+    })])
+    assert result["unit"].startswith("# Ansible managed\n"), result["unit"]
+    lines = [line for line in result["unit"].splitlines() if line.startswith("Exec")]
+    assert [line.split("=", 1)[0] for line in lines] == ["ExecStartPre"] * 3 + ["ExecStart", "ExecStop"]
+    values = [line.split("=", 1)[1] for line in lines]
+    assert all(value.startswith(('"', '-"')) for value in values), values
+    assert values[2].startswith('-"/usr/bin/docker" "rm"')
+    # A space and a % in a value stay one word and reach the program as given.
+    assert "/run/sim sysfs/%i" in result["gid"]
+    assert [parse_systemd_exec_line(values[0]), parse_systemd_exec_line(values[1]),
+            parse_systemd_exec_line(values[2][1:]), parse_systemd_exec_line(values[4])] == [
+        result["gid"], result["sums"], result["remove"], result["stop"]]
+    assert result["stop"] == ["/usr/bin/docker", "stop", "--time", "10", "dgxspark-engine"]
+    assert isinstance(result["files"], list), result["files"]
+    checks = {entry["path"].rsplit("/", 1)[1]: entry.get("validate") for entry in result["files"]}
+    directory = ENGINE["engine_service_version_dir"]
+    assert checks["dgxspark-engine.service"] == systemd_verify_command(directory + "/dgxspark-engine.service")
+    assert checks["dgxspark-engine-watchdog.service"] == systemd_verify_command(
+        directory + "/dgxspark-engine-watchdog.service")
+    assert [name for name, check in checks.items() if check] == ["dgxspark-engine.service",
+                                                                 "dgxspark-engine-watchdog.service"]
 
 
 @pytest.mark.parametrize("role, expression, variables, checked", [
