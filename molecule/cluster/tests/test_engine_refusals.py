@@ -53,10 +53,6 @@ REFUSALS = {
         dict(SPECULATIVE, engine_service_max_cudagraph_capture_size=66, engine_service_allow_small_cudagraph_capture_size=True),
         "engine_service_max_cudagraph_capture_size 66 is not a multiple of 1 + 3 speculative tokens = 4",
     ),
-    "image by tag": (
-        {"engine_image_ref": "registry.example/vllm-dspark:production-3.75"},
-        "is not pinned by digest",
-    ),
     "patch checksum differs": (
         {"engine_service_patches": [dict(PATCH, sha256="0" * 64)]},
         "not the " + "0" * 64 + " the inventory pins",
@@ -141,6 +137,12 @@ SECRETS = {
         "sk-plaintext-env-key-0123",
         "engine_service_env holds VLLM_API_KEY, a secret, in plain environment",
     ),
+    # Judged on every host (it was once, on the first host): one host's override counts.
+    "plaintext Hub token on one host only": (
+        "spark3:\n      model_weights_hf_token: hf_plaintextHostToken0123\n",
+        "hf_plaintextHostToken0123",
+        "spark3: model_weights_hf_token is set in plain text; a Hub token must be vault-encrypted",
+    ),
 }
 
 
@@ -182,12 +184,21 @@ def test_unsound_engine_inventory_is_refused_before_any_change(change, message, 
     record(message)
 
 
-@pytest.mark.parametrize("extra_vars, secret, message", SECRETS.values(), ids=list(SECRETS))
-def test_a_secret_in_plain_text_is_refused_readably_before_any_change(extra_vars, secret, message, unchanged_engine):
-    result = run_playbook("site.yml", extra_vars=extra_vars)
+@pytest.mark.parametrize("change, secret, message", SECRETS.values(), ids=list(SECRETS))
+def test_a_secret_in_plain_text_is_refused_readably_before_any_change(change, secret, message, tmp_path,
+                                                                      unchanged_engine):
+    args, extra_vars = [], change
+    if isinstance(change, str):
+        override = tmp_path / "override.yml"
+        override.write_text("dgxspark_cluster:\n  hosts:\n    " + change)
+        args, extra_vars = ["-i", str(override)], None
+    result = run_playbook("site.yml", *args, extra_vars=extra_vars)
     out = readable(result.stdout)
     assert result.returncode != 0
     assert message in out, out[-3000:]
+    if isinstance(change, str):
+        # Only the host that sets it.
+        assert "spark1: model_weights_hf_token" not in out, out[-3000:]
     # The refusal is shown, not hidden by no_log, and the secret is not.
     assert "output has been hidden" not in out
     assert secret not in result.stdout + result.stderr

@@ -120,6 +120,7 @@ def test_with_the_upstream_check_off_a_run_gets_past_the_preflight():
 # playbooks/inventory_check.yml judges each host's own variables on the controller,
 # before any play runs on a node. Each case sets its value on spark2 alone, in a
 # host_vars file of a copy of the simulated inventory (its group_vars come along).
+SECRET = "sk-never-shown-0123"
 HOST_OVERRIDE_REFUSALS = [
     (
         {"engine_service_start_timout": 600},
@@ -138,6 +139,30 @@ HOST_OVERRIDE_REFUSALS = [
         ("dgxspark_balancer",),
         "spark2: engine_service_replicas is 2, a fleet that needs the balancer, but the inventory has no group "
         "dgxspark_balancer.",
+    ),
+    # A weights directory the sync (rsync --delete) would empty of everything else.
+    (
+        {"model_weights_dir": "/srv"},
+        (),
+        "spark2: model_weights_dir is /srv; expected the model's own directory, an absolute normalised path at "
+        "least 3 levels deep (/srv/models/<name>), since the weights sync (rsync --delete) deletes whatever else it "
+        "holds; /srv is 1 level deep, a shared directory. Set model_weights_dir to a directory only the weights live in.",
+    ),
+    # A secret on a command line, never repeated (SECRET is asserted absent below).
+    (
+        {"engine_service_extra_args": ["--dtype", "float32", "--enforce-eager", "--api-key=" + SECRET]},
+        (),
+        "spark2: engine_service_extra_args[3] holds --api-key, a secret, on a command line (its value is not repeated "
+        "here): a command line is written into the node's unit and shown by ps and ansible-playbook -v; expected: the "
+        "API key in engine_service_api_key, vault-encrypted",
+    ),
+    # An image reference outside Docker's grammar: uppercase in the repository path (a tag without a digest is
+    # refused the same way, before any node is contacted).
+    (
+        {"engine_image_ref": "192.168.99.5:5000/DGXSpark/vllm-sim@sha256:" + "4f1c9a0e7b2d" * 5 + "9a3e"},
+        (),
+        "spark2: engine_image_ref is 192.168.99.5:5000/DGXSpark/vllm-sim@sha256:" + "4f1c9a0e7b2d" * 5 + "9a3e; "
+        "expected a digest-pinned reference",
     ),
 ]
 
@@ -158,15 +183,17 @@ def host_override_inventory(directory, host, values, drop_groups):
 
 
 @pytest.mark.parametrize("values, drop_groups, message", HOST_OVERRIDE_REFUSALS,
-                         ids=["unknown_variable", "out_of_range", "fleet_without_balancer_group"])
+                         ids=["unknown_variable", "out_of_range", "fleet_without_balancer_group", "shared_weights_dir",
+                              "secret_in_extra_args", "image_reference_grammar"])
 def test_site_refuses_one_hosts_inventory_input_before_contacting_any_node(tmp_path, values, drop_groups, message):
     inventory = host_override_inventory(tmp_path, "spark2", values, drop_groups)
     result = run_playbook("site.yml", inventory=inventory)
     output = flat(result.stdout)
     assert result.returncode != 0, output[-3000:]
-    assert message in output, output[-3000:]
+    assert message in output.replace("''", "'"), output[-3000:]
+    assert SECRET not in result.stdout + result.stderr
     # Only the overridden host is named, and no node was contacted: nothing changed.
-    assert not re.search(r"spark[134]: engine_service_(start_time?o?ut|replicas)", output), output[-3000:]
+    assert not re.search(r"spark[134]: (engine_service|engine_image|model_weights)_", output), output[-3000:]
     assert "PLAY [Preflight" not in result.stdout
     assert re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", result.stdout.partition("PLAY RECAP")[2],
                       re.MULTILINE) == [("localhost", "0")], result.stdout[-2000:]
