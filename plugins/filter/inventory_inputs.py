@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 from ansible.errors import AnsibleError
+from jinja2 import Undefined
 from jinja2.exceptions import UndefinedError
 
 from ansible_collections.dgxspark.cluster.plugins.filter.node_software import plain
@@ -25,13 +26,27 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._inventory_values
 
 
 def _read(host_vars, name):
-    # A value built from a variable the host lacks: the name is still judged. Inside a
-    # list or mapping (a patch's src of sim_checkout_dir), the lack shows as jinja2's
-    # UndefinedError when plain() reads the item.
+    # A value built from a variable the host lacks: the name is still judged, the value is
+    # not (None). Inside a list or mapping (a patch's src of sim_checkout_dir), the lack
+    # shows as jinja2's UndefinedError when plain() reads the item; at the top (an -e
+    # engine_image_ref of a group variable that sim-upstream, outside the group, lacks),
+    # ansible-core 2.19 hands over an undefined marker instead of raising, which would
+    # fail the task's message if a problem carried it.
     try:
-        return plain(host_vars.get(name))
+        value = plain(host_vars.get(name))
     except (AnsibleError, UndefinedError):
         return None
+    return None if _holds_undefined(value) else value
+
+
+def _holds_undefined(value):
+    if isinstance(value, Undefined):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_undefined(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_undefined(item) for item in value)
+    return False
 
 
 def _role_specs(roles_dir):

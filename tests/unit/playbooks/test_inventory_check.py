@@ -146,6 +146,23 @@ def test_one_hosts_value_of_the_wrong_form_or_disagreeing_is_refused_on_the_cont
     assert recap_hosts(done.stdout) == ["localhost"], done.stdout[-2000:]
 
 
+def test_an_extra_var_built_from_a_group_variable_passes_for_hosts_outside_the_group(tmp_path):
+    # Molecule's upgrades pass -e engine_image_ref='{{ sim_engine_image_refs.v2 }}': the
+    # references are group variables of dgxspark_cluster (prepare_upstream.yml), which
+    # sim-upstream, outside the group, lacks. Its undefined value is not judged, and must not
+    # break the check's message; the cluster's hosts judge the reference it resolves to.
+    hosts = simulated_copy(tmp_path)
+    (hosts.parent / "group_vars" / "dgxspark_cluster" / "generated_engine_images.yml").write_text(
+        yaml.safe_dump({"sim_engine_image_refs": {"v1": SIM_REFS["sim_engine_image_refs"]["v1"],
+                                                  "v2": "192.168.99.5:5000/DGXSpark/vllm-sim:v2"}}))
+    done, output = run(hosts, "inventory_check.yml", "-e", json.dumps({"engine_image_ref": "{{ sim_engine_image_refs.v1 }}"}))
+    assert done.returncode == 0, output[-3000:]
+    done, output = run(hosts, "inventory_check.yml", "-e", json.dumps({"engine_image_ref": "{{ sim_engine_image_refs.v2 }}"}))
+    assert done.returncode != 0, output[-3000:]
+    assert "spark1: engine_image_ref is 192.168.99.5:5000/DGXSpark/vllm-sim:v2;" in output, output[-3000:]
+    assert "sim-upstream: engine_image_ref" not in output and "is undefined" not in output, output[-3000:]
+
+
 def test_a_fleet_with_the_balancer_group_passes(tmp_path):
     # The simulated inventory's dgxspark_balancer group is empty: the balancer runs on rank 0.
     # Every host sets the fleet: the replicas are one engine setting for the whole cluster.
