@@ -9,6 +9,8 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -175,3 +177,21 @@ def served_registry(auth=True, no_head=False, fail=None):
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def file_tree(root):
+    """Every path under O(root) with its kind, mode, inode and content (or link target): two
+    calls compare equal only when nothing under root was written, replaced or moved."""
+    seen = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                seen[path] = ("link", st.st_ino, os.readlink(path))
+            elif stat.S_ISDIR(st.st_mode):
+                seen[path] = ("dir", stat.S_IMODE(st.st_mode), st.st_ino)
+            else:
+                with open(path, "rb") as handle:
+                    seen[path] = ("file", stat.S_IMODE(st.st_mode), st.st_ino, handle.read())
+    return seen

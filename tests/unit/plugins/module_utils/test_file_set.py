@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from unit_support import file_tree
+
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _file_set
 from ansible_collections.dgxspark.cluster.plugins.module_utils._file_set import (
     ApplyError,
@@ -24,23 +26,6 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._file_set import 
 
 SECRET = "HF_TOKEN=hf_sEcReTvalue123\nOTHER=line two\n"
 IS_ROOT = os.geteuid() == 0
-
-
-def snapshot(root):
-    """Every path under root with its kind, mode, inode and content (or link target)."""
-    seen = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                seen[path] = ("link", os.readlink(path))
-            elif stat.S_ISDIR(st.st_mode):
-                seen[path] = ("dir", stat.S_IMODE(st.st_mode), st.st_ino)
-            else:
-                with open(path, "rb") as handle:
-                    seen[path] = ("file", stat.S_IMODE(st.st_mode), st.st_ino, handle.read())
-    return seen
 
 
 def mode_of(path):
@@ -98,11 +83,11 @@ def test_modes_do_not_depend_on_the_umask(tmp_path):
 
 def test_a_second_run_reports_nothing_and_touches_nothing(tmp_path, desired):
     converge(**desired)
-    before = snapshot(tmp_path)
+    before = file_tree(tmp_path)
     steps = plan_file_set(**desired)
     assert report(steps) == {"changed_paths": [], "reasons": {}}
     assert apply_file_set(steps) == []
-    assert snapshot(tmp_path) == before
+    assert file_tree(tmp_path) == before
 
 
 def test_a_content_change_replaces_the_file_atomically(tmp_path, desired):
@@ -172,20 +157,20 @@ def test_planning_writes_nothing(tmp_path, desired):
     desired["files"].append({"path": str(tmp_path / "etc" / "new"), "content": "x", "mode": "0600"})
     desired["directories"].append({"path": str(tmp_path / "a" / "b"), "mode": "0700"})
     desired["links"][0]["src"] = "v3"
-    before = snapshot(tmp_path)
+    before = file_tree(tmp_path)
     steps = plan_file_set(**desired)
     assert len(report(steps)["changed_paths"]) == 5  # a, a/b, engine.yaml, new, current
-    assert snapshot(tmp_path) == before
+    assert file_tree(tmp_path) == before
 
 
 # --------------------------------------------------------------------------- refusals
 
 
 def refusal(tmp_path, **desired):
-    before = snapshot(tmp_path)
+    before = file_tree(tmp_path)
     with pytest.raises(FileSetError) as info:
         plan_file_set(**desired)
-    assert snapshot(tmp_path) == before
+    assert file_tree(tmp_path) == before
     return str(info.value)
 
 

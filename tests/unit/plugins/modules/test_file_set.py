@@ -13,6 +13,8 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
+from unit_support import file_tree
+
 from ansible_collections.dgxspark.cluster.plugins.modules import file_set
 
 SECRET = "HF_TOKEN=hf_sEcReTvalue123\nREGISTRY_PASSWORD=pa55word-xyz\n"
@@ -42,18 +44,6 @@ def params(tmp_path):
     )
 
 
-def tree(root):
-    seen = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            content = os.readlink(path) if stat.S_ISLNK(st.st_mode) else (
-                Path(path).read_bytes() if stat.S_ISREG(st.st_mode) else None)
-            seen[path] = (stat.S_IMODE(st.st_mode), st.st_ino, content)
-    return seen
-
-
 def test_converges_the_set_and_a_second_run_changes_nothing(capsys, tmp_path, params):
     root = str(tmp_path / "etc" / "engine")
     result = run(capsys, **params)
@@ -64,10 +54,10 @@ def test_converges_the_set_and_a_second_run_changes_nothing(capsys, tmp_path, pa
     assert Path(root + "/v2/hf.env").read_text() == SECRET
     assert stat.S_IMODE(os.lstat(root + "/v2/hf.env").st_mode) == 0o600
     assert os.readlink(root + "/current") == "v2"
-    before = tree(tmp_path)
+    before = file_tree(tmp_path)
     again = run(capsys, **params)
     assert (again["changed"], again["changed_paths"], again["reasons"]) == (False, [], {})
-    assert tree(tmp_path) == before
+    assert file_tree(tmp_path) == before
 
 
 def test_reports_each_kind_of_change(capsys, tmp_path, params):
@@ -86,16 +76,16 @@ def test_reports_each_kind_of_change(capsys, tmp_path, params):
 
 
 def test_check_mode_reports_and_writes_nothing(capsys, tmp_path, params):
-    before = tree(tmp_path)
+    before = file_tree(tmp_path)
     result = run(capsys, _ansible_check_mode=True, **params)
     assert result["changed"] is True and len(result["changed_paths"]) == 6
-    assert tree(tmp_path) == before
+    assert file_tree(tmp_path) == before
     run(capsys, **params)
     params["files"][0]["content"] = "changed\n"
-    before = tree(tmp_path)
+    before = file_tree(tmp_path)
     result = run(capsys, _ansible_check_mode=True, **params)
     assert result["reasons"] == {params["files"][0]["path"]: ["content"]}
-    assert tree(tmp_path) == before
+    assert file_tree(tmp_path) == before
 
 
 def test_diff_shows_public_files_only_and_the_secret_appears_nowhere(capsys, tmp_path, params):

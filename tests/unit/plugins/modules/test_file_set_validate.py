@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import sys
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+
+from unit_support import file_tree
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._file_set import (
     FileSetError,
@@ -40,16 +41,6 @@ def run(capsys, check_mode=False, **params):
     with patch_module_args(params), pytest.raises(SystemExit):
         file_set.main()
     return json.loads(capsys.readouterr().out)
-
-
-def snapshot(root):
-    seen = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            seen[path] = (stat.S_IMODE(st.st_mode), st.st_ino, Path(path).read_bytes() if stat.S_ISREG(st.st_mode) else None)
-    return seen
 
 
 @pytest.fixture
@@ -91,7 +82,7 @@ def test_each_new_file_is_checked_under_its_own_name_beside_the_others_of_its_di
 
 def test_a_failed_check_writes_nothing_and_names_file_command_rc_and_stderr(capsys, setup):
     run(capsys, directories=setup["directories"], files=setup["files"]())
-    before = snapshot(setup["root"].parent.parent)
+    before = file_tree(setup["root"].parent.parent)
     files = setup["files"](engine="[Service]\nExecStart=/bin/false\n", watchdog="bad\n")
     files.append({"path": str(setup["root"] / "new.conf"), "content": "new\n", "mode": "0644"})
     result = run(capsys, directories=setup["directories"] + [{"path": str(setup["root"] / "new.d"), "mode": "0755"}],
@@ -106,7 +97,7 @@ def test_a_failed_check_writes_nothing_and_names_file_command_rc_and_stderr(caps
     assert failure["stderr"].startswith("found bad in ") and failure["stderr"].endswith("/w.service")
     assert (result["rc"], result["stderr"]) == (3, failure["stderr"])
     # Neither the engine unit whose check passed, nor the new file and directory, nor anything else.
-    assert snapshot(setup["root"].parent.parent) == before
+    assert file_tree(setup["root"].parent.parent) == before
     # Only the two changed files were checked.
     assert sorted(Path(entry["path"]).name for entry in setup["seen"]()[3:]) == ["e.service", "w.service"]
 
