@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -13,6 +14,7 @@ from jinja2.exceptions import UndefinedError
 from ansible_collections.dgxspark.cluster.plugins.filter.node_software import plain
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._inventory_inputs import (
+    GROUP_INPUTS,
     InventoryInputsError,
     input_rules,
     inventory_input_problems,
@@ -78,9 +80,11 @@ def _inventory_input_problems(roles_dir, hostvars, hosts, groups, cluster_hosts=
         # variable the controller lacks (sim_checkout_dir) is not this check's business.
         values[host] = {name: _read(host_vars, name)
                         if name in rules.ranges or name not in rules.declared or name in VALUE_RULES or name in shared
-                        else None
+                        or name in GROUP_INPUTS else None
                         for name in host_vars if name.startswith(rules.prefixes)}
-    problems = inventory_input_problems(rules, values, list(groups))
+    # Each group to its hosts (the play's groups, all of them, empty ones too).
+    members = {name: list(hosts_of or ()) for name, hosts_of in groups.items()} if isinstance(groups, Mapping) else groups
+    problems = inventory_input_problems(rules, values, members)
     for host in hosts:
         problems.extend(value_problems(host, values[host]))
     # The cluster's hosts must agree on the inputs that are one thing for the whole cluster.

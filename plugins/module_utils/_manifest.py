@@ -34,6 +34,11 @@ from concurrent.futures import ThreadPoolExecutor
 MANIFEST_VERSION = 1
 CACHE_VERSION = 1
 
+#: The file the model_weights role writes into a weights directory before anything else,
+#: saying the directory is the weights' own (the sync, rsync --delete, deletes whatever
+#: else it holds); the role's check refuses a directory that holds other entries without it.
+MARKER = ".dgxspark-weights"
+
 #: Left out of a manifest unless O(exclude) says otherwise. A pattern without ``/``
 #: is matched against every path component (a matching directory is skipped with all
 #: it holds); a pattern with ``/`` is matched against the whole relative path.
@@ -41,6 +46,7 @@ DEFAULT_EXCLUDE = (
     ".cache",  # huggingface_hub --local-dir: download metadata, locks, *.incomplete
     ".huggingface",  # the same, from huggingface_hub before 0.23
     "*.incomplete",  # a partial huggingface_hub download
+    "/" + MARKER,  # the collection's own marker, never one of the weights
 )
 
 CHECKSUM_MODES = ("cached", "full", "size")

@@ -188,7 +188,8 @@ bytes_received:
   returned: success
   type: int
 extra:
-  description: Files in O(path) that the listing does not hold (outside C(.cache)).
+  description: Files in O(path) that the listing does not hold (outside C(.cache), and not the model_weights role's
+    marker C(.dgxspark-weights) at the top).
   returned: success
   type: list
   elements: str
@@ -203,6 +204,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._hf_hub import (
     HubError,
     snapshot,
 )
+from ansible_collections.dgxspark.cluster.plugins.module_utils._manifest import MARKER
 from ansible_collections.dgxspark.cluster.plugins.module_utils._progress import (
     ProgressAbandoned,
     ProgressFile,
@@ -233,6 +235,7 @@ def extra_files(root, listed):
         rel_top = os.path.relpath(top, root)
         if rel_top == ".":
             dirs[:] = [d for d in dirs if d != ".cache"]
+            names = [name for name in names if name != MARKER]
         for name in names:
             rel = name if rel_top == "." else rel_top.replace(os.sep, "/") + "/" + name
             if rel not in wanted:

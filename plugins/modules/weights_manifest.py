@@ -105,12 +105,13 @@ options:
         C(.cache) directory at any depth with all it holds, and V(*.incomplete) any file with that suffix.
       - A pattern with C(/) is matched against the whole relative path, where C(*) also matches C(/).
       - The default leaves out what C(huggingface_hub) keeps beside a C(--local-dir) download (C(.cache),
-        and C(.huggingface) from releases before 0.23) and its partial downloads (C(*.incomplete)).
+        and C(.huggingface) from releases before 0.23), its partial downloads (C(*.incomplete)) and the
+        marker the model_weights role writes at the top of the directory (C(/.dgxspark-weights)).
         Setting this option replaces the default list.
       - Use the same list when writing and when verifying.
     type: list
     elements: str
-    default: [.cache, .huggingface, "*.incomplete"]
+    default: [.cache, .huggingface, "*.incomplete", /.dgxspark-weights]
   origin:
     description:
       - Where the weights come from, as C(repo_id) (the Hub repository), C(commit) (the commit sha) and

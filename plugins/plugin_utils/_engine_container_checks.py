@@ -1,8 +1,12 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The rules for a rank's container and environment (engine_container_problems): docker run
-options the collection owns or refuses, devices, capabilities, ulimits, mounts, and
-secrets kept out of plain environment variables. They may differ from host to host.
+options the collection owns or refuses, devices, capabilities, ulimits, mounts and the
+environment's names and values. They may differ from host to host.
+
+Also the one secret detector (a name like a secret's, or a value shaped like a credential)
+behind argv_secret_problems and env_secret_problems, which playbooks/inventory_check.yml
+applies per host (_inventory_values.py VALUE_RULES) before any host is contacted.
 """
 
 from __future__ import annotations
@@ -156,6 +160,22 @@ _NOT_SECRETS = ("HF_HUB_DISABLE_IMPLICIT_TOKEN",)
 # --password of any tool), compared as names: --api-key reads API_KEY.
 _FLAG_NAME = re.compile(r"^--?([A-Za-z][A-Za-z0-9_-]*)$")
 
+# Values shaped like a credential, whatever the name they come under: (pattern, what the
+# message calls it, the name whose home in _SECRET_HOMES it belongs to, or None).
+_SECRET_VALUES = (
+    (re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}"), "a Hugging Face token (hf_...)", "HF_TOKEN"),
+    (re.compile(r"(?<![A-Za-z0-9])nvapi-[A-Za-z0-9_-]{20,}"), "an NGC API key (nvapi-...)", None),
+    (re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{16,}"), "an API key (sk-...)", None),
+    (re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"), "a GitHub token",
+     None),
+    (re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"), "an AWS access key", None),
+    (re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}"), "a Slack token", None),
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "a private key", None),
+    # scheme://user:password@host: a proxy or a mirror with its password in the URL.
+    (re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"), "a URL with a password (user:password@host)",
+     None),
+)
+
 
 def _hosts_phrase(hosts):
     if len(hosts) == 1:
@@ -172,15 +192,27 @@ def _is_secret_name(name):
             or (words[0] in _SECRET_FIRST_WORDS and words[-1] == "KEY"))
 
 
+def _secret_value_kind(value):
+    """(what the message calls it, the name of its home or None) when O(value) is shaped like
+    a credential (a Hub token, an NGC key, a URL with a password...), else None."""
+    if not isinstance(value, str):
+        return None
+    for pattern, label, home in _SECRET_VALUES:
+        if pattern.search(value):
+            return label, home
+    return None
+
+
 def _secret_home(name):
-    return _SECRET_HOMES.get(name.upper().replace("-", "_"),
+    return _SECRET_HOMES.get((name or "").upper().replace("-", "_"),
                              "no secret here (the collection's secrets are engine_service_api_key and "
                              "model_weights_hf_token, vault-encrypted)")
 
 
-def _argv_secret_name(argument):
-    """The secret an argv item gives, as the message names it (a flag, or NAME of NAME=value,
-    -eNAME=value, --env=NAME=value), or None. Never the value."""
+def _argv_secret(argument):
+    """(the secret an argv item gives, as the message names it: a flag, NAME of NAME=value,
+    -eNAME=value, --env=NAME=value, or a value shaped like a credential; the name of its
+    home) or None. Never the value."""
     text = argument.strip()
     flag, separator, rest = text.partition("=")
     if flag in ("-e", "--env") and separator:
@@ -191,34 +223,72 @@ def _argv_secret_name(argument):
     else:
         match = _FLAG_NAME.match(flag)
         if match and _is_secret_name(match.group(1)):
-            return flag
+            return flag, flag.lstrip("-")
     name = text.partition("=")[0]
     if "=" in text and _ENV_NAME.match(name) and _is_secret_name(name):
-        return name
+        return name, name
+    kind = _secret_value_kind(text)
+    if kind is not None:
+        return "a value shaped like %s" % kind[0], kind[1]
     return None
 
 
 def argv_secret_problems(variable, argv):
     """One message per secret O(argv) (a free-form argument list, O(variable)'s) gives on
-    the command line: a flag named like a secret (--api-key, --hf-token, --password) or an
-    environment entry (NAME=value, -e NAME=value) whose name is one. The message names the
-    flag or the name and where the secret belongs, never the value; an argv that is no list
-    is left to the role's spec."""
+    the command line: a flag named like a secret (--api-key, --hf-token, --password), an
+    environment entry (NAME=value, -e NAME=value) whose name is one, or any other item
+    shaped like a credential (a Hub token, an NGC key, a URL with a password). The message
+    names the flag, the name or the kind of value and where the secret belongs, never the
+    value; an argv that is no list is left to the role's spec."""
     if not isinstance(argv, list):
         return []
     problems = []
+    value_of_flag = False
     for position, argument in enumerate(argv):
-        if not isinstance(argument, str):
+        # The value after a secret flag given as two items (--api-key VALUE) is that flag's.
+        if value_of_flag or not isinstance(argument, str):
+            value_of_flag = False
             continue
-        secret = _argv_secret_name(argument)
-        if secret is None:
+        found = _argv_secret(argument)
+        if found is None:
             continue
+        secret, home = found
+        value_of_flag = secret.startswith("-") and "=" not in argument
         problems.append(
             "%s[%d] holds %s, a secret, on a command line (its value is not repeated here): a command line is written "
             "into the node's unit and shown by ps and ansible-playbook -v; expected: %s. %s"
-            % (variable, position, secret, _secret_home(secret.lstrip("-")),
-               "Remove it and its value, and set it there." if secret.lstrip("-").upper().replace("-", "_")
+            % (variable, position, secret, _secret_home(home),
+               "Remove it and its value, and set it there." if (home or "").upper().replace("-", "_")
                in _SECRET_HOMES else "Remove it and its value.")
+        )
+    return problems
+
+
+def env_secret_problems(variable, env):
+    """One message per entry of O(env) (an environment mapping, O(variable)'s) whose name is
+    a secret's (the names argv_secret_problems reads: ending in TOKEN, SECRET, PASSWORD,
+    API_KEY..., NGC keys) or whose value is shaped like a credential (a Hub token, an NGC
+    key, a URL with a password...). The message names the entry and where the secret
+    belongs, never the value; an environment that is no mapping is left to the role's checks."""
+    if not isinstance(env, dict):
+        return []
+    problems = []
+    for key in sorted(env, key=str):
+        if not isinstance(key, str):
+            continue
+        if _is_secret_name(key):
+            found, home = key, key.upper()
+        else:
+            kind = _secret_value_kind(env[key])
+            if kind is None:
+                continue
+            found, home = "%s, whose value is shaped like %s" % (key, kind[0]), kind[1]
+        problems.append(
+            "%s holds %s, a secret, in plain environment: the environment is written into every rank's version "
+            "and shown by ansible-playbook -v; expected: %s. %s"
+            % (variable, found, _SECRET_HOMES.get(home or "", "no secret in the environment (the engine's only "
+                                                  "secret is engine_service_api_key, vault-encrypted)"),
+               "Move it there." if (home or "") in _SECRET_HOMES else "Remove it.")
         )
     return problems
 
@@ -242,15 +312,11 @@ def _env_problems(env, name):
         return ["%s must be a mapping of variable names to values, not %s" % (name, _kind(env))]
     problems = []
     for key in sorted(env, key=str):
+        # A secret (its name or its value) is refused by the inventory check, before any host is
+        # contacted (env_secret_problems in _inventory_values.py VALUE_RULES): judged there alone.
         if isinstance(key, str) and _is_secret_name(key):
-            problems.append(
-                "%s holds %s, a secret, in plain environment: the environment is written into every rank's version "
-                "and shown by ansible-playbook -v; expected: %s. %s"
-                % (name, key, _SECRET_HOMES.get(key.upper(), "no secret in the environment (the engine's only secret "
-                                                             "is engine_service_api_key, vault-encrypted)"),
-                   "Move it there." if key.upper() in _SECRET_HOMES else "Remove it.")
-            )
-        elif key in _ENV_SET_BY_COLLECTION:
+            continue
+        if key in _ENV_SET_BY_COLLECTION:
             problems.append(
                 "%s sets %s, which the collection sets itself (%s); expected: no %s here. Remove it."
                 % (name, key, _ENV_SET_BY_COLLECTION[key], key)
@@ -520,11 +586,12 @@ def engine_container_problems(settings):
     C(unconfined) and C(label=disable); the capability C(ALL); a device
     outside C(container_allowed_devices) and C(--device-cgroup-rule); an
     extra option the collection renders itself; mounts of C(/), C(/run) or
-    the Docker or containerd socket; environment variables the collection sets, secrets in
-    plain environment, names and values an env file cannot carry; and every
-    setting of the wrong type. Both C(--flag=value) and C(--flag value) are
-    read. Messages name the variable, what was found, what is expected and
-    the fix; they never show an environment value.
+    the Docker or containerd socket; environment variables the collection sets,
+    names and values an env file cannot carry; and every setting of the wrong
+    type. Both C(--flag=value) and C(--flag value) are read. Messages name the
+    variable, what was found, what is expected and the fix; they never show an
+    environment value. A secret in the environment is not judged here: the
+    inventory check refuses it (env_secret_problems), before any host is contacted.
     """
     if not isinstance(settings, dict):
         raise EngineConfigError("the container settings must be a mapping")

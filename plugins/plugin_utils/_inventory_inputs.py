@@ -1,6 +1,6 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Inventory inputs no role declares, numbers outside their range, layouts without their hosts.
+"""Inventory inputs no role declares, numbers outside their range, groups a layout needs.
 
 Judged by playbooks/inventory_check.yml, on the controller, before any play has run on a
 node: a node's hostvars then hold only what the inventory (or -e) sets and cached facts
@@ -90,9 +90,44 @@ INPUT_RANGES = {
     "roce_fabric_ib_port": (1, 255),
 }
 
-# The balancer's inventory group (inventory/sample/hosts.yml); roles/balancer runs on
-# its first host, or on rank 0 while it is empty.
-BALANCER_GROUP = "dgxspark_balancer"
+# An input that names an inventory group, and what the layout needs of that group: the
+# fields of its row, judged on each host's own value (else its role's default, read from
+# the role's argument_specs).
+#   group: the group the collection's playbooks target for the role. A play's hosts: is
+#     templated before any host's variables exist (extra vars and the play's own vars only,
+#     no group_vars or host_vars), so the playbook names the group itself, and a host named
+#     in another group would be left out of the play: the input must name this one.
+#   plays: the playbooks whose hosts: name the group (tests/unit checks they do).
+#   role_hosts: the groups the play runs the role on; their hosts are judged on the
+#     default when they leave the input out.
+#   holds: what the group holds, for the messages.
+#   absent: what the layout is when the group is missing and the input is left at its
+#     default; None: a missing group is refused. A group the inventory names itself must
+#     exist.
+#   empty: None when an empty group is refused (else what it means).
+#   needed_by: (variable, above, what, fix): a host whose number in variable is above
+#     `above` needs the group even where absent allows it to be missing; or None.
+GroupInput = namedtuple("GroupInput", "group plays role_hosts holds absent empty needed_by")
+
+_BALANCER_HOSTS = ("dgxspark_balancer", "dgxspark_cluster")
+_MONITORING_HOSTS = ("dgxspark_cluster", "monitoring")
+GROUP_INPUTS = {
+    "balancer_group": GroupInput(
+        "dgxspark_balancer", ("playbooks/balancer.yml",), _BALANCER_HOSTS, "the host nginx runs on",
+        absent="the balancer runs on the engine's rank 0", empty="the balancer runs on the engine's rank 0",
+        needed_by=("engine_service_replicas", 1, "a fleet that needs the balancer",
+                   "Add the group (empty, the balancer runs on rank 0) or set engine_service_replicas to 1.")),
+    "balancer_engine_group": GroupInput(
+        "dgxspark_cluster", ("playbooks/balancer.yml",), _BALANCER_HOSTS, "the engine hosts",
+        absent=None, empty=None, needed_by=None),
+    "monitoring_server_group": GroupInput(
+        "monitoring", ("playbooks/site.yml", "playbooks/status.yml"), _MONITORING_HOSTS,
+        "the host Prometheus runs on", absent="Prometheus runs on the first host of monitoring_node_group",
+        empty=None, needed_by=None),
+    "monitoring_node_group": GroupInput(
+        "dgxspark_cluster", ("playbooks/site.yml", "playbooks/status.yml"), _MONITORING_HOSTS, "the engine hosts",
+        absent=None, empty=None, needed_by=None),
+}
 
 
 class InventoryInputsError(Exception):
@@ -179,15 +214,66 @@ def range_problems(ranges, host, host_vars):
     return problems
 
 
-def layout_problems(hosts_values, groups):
-    """A fleet (engine_service_replicas above 1 on a host) in an inventory without the balancer's group."""
-    fleet_hosts = [host for host, values in hosts_values.items()
-                   if (_number(values.get("engine_service_replicas", 1)) or 1) > 1]
-    if not fleet_hosts or BALANCER_GROUP in groups:
-        return []
-    return ["%s: engine_service_replicas is %s, a fleet that needs the balancer, but the inventory has no group %s. "
-            "Add the group (empty, the balancer runs on rank 0) or set engine_service_replicas to 1."
-            % (", ".join(fleet_hosts), hosts_values[fleet_hosts[0]]["engine_service_replicas"], BALANCER_GROUP)]
+def _group_body(name, row, value, set_here, groups, needed):
+    """Why a host's O(value) of the group input O(name) (its row O(row)) does not fit the
+    inventory's O(groups) (name to hosts), without the host; None when it fits."""
+    shown = value if set_here else "%s (the default)" % value
+    # The default is the group the playbooks name (tests/unit checks it).
+    if set_here and value != row.group:
+        return ("%s is %s; expected %s, the group %s run%s the role on (a play's hosts: is read before any host's "
+                "variables, so the playbook names the group itself and the hosts of %s would be left out). Put %s in "
+                "the group %s and remove %s from the inventory."
+                % (name, value, row.group, " and ".join(row.plays), "" if len(row.plays) > 1 else "s", value,
+                   row.holds, row.group, name))
+    if value not in groups:
+        if set_here:
+            return ("%s is %s, but the inventory has no group %s; expected a group that holds %s. Add the group, or "
+                    "remove %s from the inventory%s."
+                    % (name, value, value, row.holds, name,
+                       " (without the group, %s)" % row.absent if row.absent else ""))
+        if needed:
+            variable, _above, what, fix = row.needed_by
+            return "%s is %s, %s, but the inventory has no group %s. %s" % (variable, needed, what, value, fix)
+        if row.absent is None:
+            return ("%s is %s, but the inventory has no group %s; expected a group that holds %s. Add the group to "
+                    "the inventory." % (name, shown, value, row.holds))
+        return None
+    if not groups[value] and row.empty is None:
+        return ("%s is %s, but the group %s holds no host; expected %s in it. Put %s in the group%s."
+                % (name, shown, value, row.holds, row.holds,
+                   ", or remove the empty group (without it, %s)" % row.absent if row.absent and not set_here else ""))
+    return None
+
+
+def group_problems(declared, hosts_values, groups, rows=None):
+    """One message per problem of an input of O(rows) (GROUP_INPUTS by default) that names
+    a group, naming the hosts that have it: a group other than the one the playbooks
+    target, a group the inventory names that it lacks, a group a layout needs that is
+    missing (a fleet without the balancer's), an empty group a layout refuses.
+
+    O(hosts_values) maps host name to the variables its inventory sets; O(groups) maps
+    each group of the inventory to its hosts; O(declared) gives each input's default.
+    """
+    bodies = {}
+    for host, values in hosts_values.items():
+        for name, row in (rows or GROUP_INPUTS).items():
+            set_here = name in values
+            value = values[name] if set_here else (declared.get(name) or {}).get("default", row.group)
+            needed = None
+            if row.needed_by is not None:
+                variable, above = row.needed_by[:2]
+                number = _number(values.get(variable))
+                if number is not None and number > above:
+                    needed = values[variable]
+            # A value that is no string is left to the role's spec; a host outside the
+            # role's plays that leaves the input out is not the role's.
+            if not isinstance(value, str) or not (
+                    set_here or needed is not None or any(host in groups.get(group, ()) for group in row.role_hosts)):
+                continue
+            body = _group_body(name, row, value, set_here, groups, needed)
+            if body is not None:
+                bodies.setdefault(body, []).append(host)
+    return ["%s: %s" % (", ".join(hosts), body) for body, hosts in bodies.items()]
 
 
 # What the checks read from the roles' specs, built once per run: declared inputs, role
@@ -202,10 +288,12 @@ def input_rules(specs_by_role):
 
 def inventory_input_problems(rules, hosts_values, groups):
     """Every problem of every host under O(rules) (input_rules): O(hosts_values) maps host name
-    to the variables its inventory sets."""
+    to the variables its inventory sets, O(groups) each group of the inventory to its hosts."""
+    if not isinstance(groups, dict):
+        raise InventoryInputsError("expected a mapping of each inventory group to its hosts, got %r" % (groups,))
     problems = []
     for host, host_vars in hosts_values.items():
         problems.extend(unknown_input_problems(rules.declared, rules.prefixes, host, host_vars))
         problems.extend(range_problems(rules.ranges, host, host_vars))
-    problems.extend(layout_problems(hosts_values, groups))
+    problems.extend(group_problems(rules.declared, hosts_values, groups))
     return problems

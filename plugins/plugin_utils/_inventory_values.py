@@ -26,6 +26,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._image import par
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_container_checks import (
     _hosts_phrase,
     argv_secret_problems,
+    env_secret_problems,
 )
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import SETTINGS, _variable
 
@@ -122,9 +123,10 @@ def image_ref_problems(variable, value):
 
 
 # The inputs whose value a rule judges, on every host that sets them. Secrets in
-# free-form argv (an API key after --api-key) are judged here; the free-form
-# environments are judged by engine_container_problems in the preflight play,
-# per host as well.
+# free-form argv (an API key after --api-key) and in the free-form environments
+# (a name or a value like a secret's) are judged here alone, by the one detector
+# of _engine_container_checks.py: the preflight's engine_container_problems leaves
+# the environments' secrets to this check.
 VALUE_RULES = {
     "model_weights_dir": ValueRule(weights_dir_problems),
     "model_weights_hf_repo_id": ValueRule(hub_repo_problems),
@@ -134,6 +136,9 @@ VALUE_RULES = {
     "engine_service_container_extra_args": ValueRule(argv_secret_problems),
     "bench_community_extra_args": ValueRule(argv_secret_problems),
     "host_hardening_earlyoom_extra_args": ValueRule(argv_secret_problems),
+    "engine_service_env": ValueRule(env_secret_problems),
+    "roce_fabric_nccl_base_env": ValueRule(env_secret_problems),
+    "roce_fabric_nccl_extra_env": ValueRule(env_secret_problems),
 }
 
 # Inputs that are one thing for the whole cluster besides the engine settings: the image

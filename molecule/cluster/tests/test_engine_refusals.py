@@ -119,7 +119,8 @@ REFUSALS = {
 
 # Secrets in plain text: (extra vars, the secret, the message). Refused in the
 # preflight play like the rest, readable (no no_log hides the message) and
-# never shown.
+# never shown. A secret in the plain engine environment is refused earlier, by
+# the inventory check before any node is contacted (test_preflight_refusals.py).
 SECRETS = {
     "plaintext API key": (
         {"engine_service_api_key": "sk-plaintext-api-key-0123"},
@@ -131,11 +132,6 @@ SECRETS = {
         {"model_weights_hf_token": "hf_plaintextHubToken0123"},
         "hf_plaintextHubToken0123",
         "model_weights_hf_token is set in plain text; a Hub token must be vault-encrypted",
-    ),
-    "API key in the plain engine environment": (
-        {"engine_service_env": {"VLLM_API_KEY": "sk-plaintext-env-key-0123"}},
-        "sk-plaintext-env-key-0123",
-        "engine_service_env holds VLLM_API_KEY, a secret, in plain environment",
     ),
     # Judged on every host (it was once, on the first host): one host's override counts.
     "plaintext Hub token on one host only": (

@@ -7,13 +7,14 @@ simulated cluster."""
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 import shutil
 
 import pytest
 import yaml
 
-from helpers import INVENTORY, assert_nothing_changed, flat, group_vars, run_playbook
+from helpers import INVENTORY, assert_nothing_changed, flat, group_vars, node_state, run_playbook
 
 testinfra_hosts = ["local://"]
 
@@ -156,6 +157,15 @@ HOST_OVERRIDE_REFUSALS = [
         "here): a command line is written into the node's unit and shown by ps and ansible-playbook -v; expected: the "
         "API key in engine_service_api_key, vault-encrypted",
     ),
+    # A secret in the plain engine environment (by its name, or by its value's shape), never repeated. Judged
+    # here alone: the preflight's container check leaves the environments' secrets to the inventory check.
+    (
+        {"engine_service_env": {"HF_HUB_OFFLINE": "1", "VLLM_API_KEY": SECRET}},
+        (),
+        "spark2: engine_service_env holds VLLM_API_KEY, a secret, in plain environment: the environment is written "
+        "into every rank's version and shown by ansible-playbook -v; expected: the API key in engine_service_api_key, "
+        "vault-encrypted",
+    ),
     # An image reference outside Docker's grammar: uppercase in the repository path (a tag without a digest is
     # refused the same way, before any node is contacted).
     (
@@ -184,7 +194,7 @@ def host_override_inventory(directory, host, values, drop_groups):
 
 @pytest.mark.parametrize("values, drop_groups, message", HOST_OVERRIDE_REFUSALS,
                          ids=["unknown_variable", "out_of_range", "fleet_without_balancer_group", "shared_weights_dir",
-                              "secret_in_extra_args", "image_reference_grammar"])
+                              "secret_in_extra_args", "secret_in_env", "image_reference_grammar"])
 def test_site_refuses_one_hosts_inventory_input_before_contacting_any_node(tmp_path, values, drop_groups, message):
     inventory = host_override_inventory(tmp_path, "spark2", values, drop_groups)
     result = run_playbook("site.yml", inventory=inventory)
@@ -197,3 +207,50 @@ def test_site_refuses_one_hosts_inventory_input_before_contacting_any_node(tmp_p
     assert "PLAY [Preflight" not in result.stdout
     assert re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", result.stdout.partition("PLAY RECAP")[2],
                       re.MULTILINE) == [("localhost", "0")], result.stdout[-2000:]
+
+
+# The weights directory is the weights' own: the sync (rsync --delete) deletes whatever else
+# it holds. Before anything changes, each node's directory must be absent, empty, hold the
+# collection's marker or only files of the manifest the node keeps for it. A scratch
+# directory on spark2 alone (an -i override) holds someone else's files: refused in the
+# preflight play, naming spark2, the path and the files, and they are still there. Not under
+# /tmp: the inventory check refuses a weights directory under a system tree before any node
+# is contacted.
+SCRATCH_WEIGHTS = "/srv/dgxspark-refusal-scratch/weights"
+MARKER = "/.dgxspark-weights"
+MARKER_AWAY = "/root/dgxspark-weights.marker"
+
+
+@pytest.fixture
+def foreign_weights_dir():
+    scratch = SCRATCH_WEIGHTS
+    node_state("spark2", f"mkdir -p {scratch}/runs && echo mine > {scratch}/notes.txt && echo 1 > {scratch}/runs/run.log")
+    yield SCRATCH_WEIGHTS
+    node_state("spark2", "rm -rf %s" % posixpath.dirname(SCRATCH_WEIGHTS))
+
+
+@pytest.fixture
+def spark3_without_its_marker():
+    # As on a cluster converged before the marker existed: spark3's directory holds only the
+    # files of the manifest spark3 keeps, so it still counts as the weights' own.
+    marker = group_vars()["model_weights_dir"] + MARKER
+    node_state("spark3", f"if [ -e {marker} ]; then mv {marker} {MARKER_AWAY}; fi")
+    yield
+    node_state("spark3", f"if [ -e {MARKER_AWAY} ]; then mv {MARKER_AWAY} {marker}; fi")
+
+
+def test_site_refuses_a_weights_directory_holding_other_data_before_changing_anything(tmp_path, foreign_weights_dir,
+                                                                                      spark3_without_its_marker):
+    override = tmp_path / "override.yml"
+    override.write_text("dgxspark_cluster:\n  hosts:\n    spark2:\n      model_weights_dir: %s\n" % foreign_weights_dir)
+    result = run_playbook("site.yml", "-i", str(override))
+    output = flat(result.stdout)
+    assert result.returncode != 0, output[-3000:]
+    assert ("spark2: model_weights_dir %s holds 2 entries that are not the collection's (no marker, no manifest): "
+            "notes.txt, runs/run.log; expected the weights' own directory" % foreign_weights_dir) in output, output[-3000:]
+    assert "mark it as the weights' own: sudo touch %s%s." % (foreign_weights_dir, MARKER) in output, output[-3000:]
+    # Only spark2: the other nodes' directories (spark3's without its marker) are the weights' own.
+    assert not re.search(r"spark[134]: model_weights_dir", output), output[-3000:]
+    assert "PLAY [Preflight" in result.stdout and "PLAY [Node software" not in result.stdout
+    assert_nothing_changed(result)
+    assert node_state("spark2", f"cat {foreign_weights_dir}/notes.txt {foreign_weights_dir}/runs/run.log") == "mine\n1\n"

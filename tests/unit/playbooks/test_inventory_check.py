@@ -110,7 +110,15 @@ def simulated_copy(tmp_path, host_vars=None, drop_groups=()):
     ({"spark3": {"engine_service_replicas": 2}}, ("dgxspark_balancer",),
      "spark3: engine_service_replicas is 2, a fleet that needs the balancer, but the inventory has no group "
      "dgxspark_balancer."),
-])
+    # A monitoring host named but missing: Prometheus would fall back to the first engine host.
+    ({"spark3": {"monitoring_server_group": "monitoring"}}, (),
+     "spark3: monitoring_server_group is monitoring, but the inventory has no group monitoring; expected a group that "
+     "holds the host Prometheus runs on."),
+    # balancer.yml's play targets dgxspark_balancer by name: another group would be left out.
+    ({"spark3": {"balancer_group": "lb"}}, (),
+     "spark3: balancer_group is lb; expected dgxspark_balancer, the group playbooks/balancer.yml runs the role on"),
+], ids=["unknown_variable", "out_of_range", "fleet_without_balancer_group", "monitoring_group_missing",
+        "balancer_group_not_the_plays"])
 def test_one_hosts_unknown_out_of_range_or_layout_input_is_refused_on_the_controller(tmp_path, host_vars,
                                                                                      drop_groups, expected):
     done, output = run(simulated_copy(tmp_path, host_vars, drop_groups), "site.yml", "-e", json.dumps(SIM_REFS))
@@ -131,12 +139,17 @@ SECRET = "sk-never-shown-0123"
     ({"engine_service_container_extra_args": ["--env", "HF_TOKEN=" + SECRET]},
      "spark3: engine_service_container_extra_args[1] holds HF_TOKEN, a secret, on a command line (its value is not "
      "repeated here)"),
+    ({"engine_service_env": {"HF_HUB_OFFLINE": "1", "VLLM_API_KEY": SECRET}},
+     "spark3: engine_service_env holds VLLM_API_KEY, a secret, in plain environment: the environment is written into "
+     "every rank's version and shown by ansible-playbook -v; expected: the API key in engine_service_api_key, "
+     "vault-encrypted"),
     ({"engine_image_ref": "192.168.99.5:5000/DGXSpark/vllm-sim@" + SIM_REFS["sim_engine_image_refs"]["v1"][-71:]},
      "spark3: engine_image_ref is 192.168.99.5:5000/DGXSpark/vllm-sim@sha256:"),
     ({"model_weights_hf_revision": "0d1e2f3a4b5c"},
      "spark3: model_weights_hf_revision is 0d1e2f3a4b5c, but 5d3c2b1a0f9e8d7c6b5a49382716f5e4d3c2b1a0 on spark1, spark2 "
      "and spark4; expected one value on every host of dgxspark_cluster"),
-], ids=["weights_dir", "secret_in_arguments", "image_reference_grammar", "cluster_wide_disagreement"])
+], ids=["weights_dir", "secret_in_arguments", "secret_in_environment", "image_reference_grammar",
+        "cluster_wide_disagreement"])
 def test_one_hosts_value_of_the_wrong_form_or_disagreeing_is_refused_on_the_controller(tmp_path, values, expected):
     done, output = run(simulated_copy(tmp_path, {"spark3": values}), "inventory_check.yml", "-e", json.dumps(SIM_REFS))
     assert done.returncode != 0, output[-3000:]

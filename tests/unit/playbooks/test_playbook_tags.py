@@ -76,6 +76,7 @@ def test_tags_engine_keeps_the_checks_and_the_facts_the_engine_reads():
         "dgxspark.cluster.engine_service : Engine | Check the engine configuration of the whole cluster",
         "dgxspark.cluster.model_weights : Model weights | Require a repository, a safe weights directory, a vaulted "
         "token and a source node in the play",
+        "dgxspark.cluster.model_weights : Model weights | Refuse a weights directory that holds other data",
         # The fabric facts, found by the engine playbook when the fabric part does not run.
         "Engine | Check the fabric links and find the GIDs",
         # The image and the weights the engine renders from, and the guards that the nodes hold them.

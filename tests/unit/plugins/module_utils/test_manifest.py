@@ -155,6 +155,18 @@ def test_partial_downloads_and_the_hub_cache_are_left_out(model):
     assert outcome["excluded"] == [".cache", "extra/model.safetensors.incomplete"]
 
 
+def test_the_collections_marker_at_the_top_is_left_out(model):
+    # model_weights writes it before anything else goes in; it is never one of the weights.
+    write_tree(model, {".dgxspark-weights": b"ours\n"})
+    outcome = build_manifest(str(model))
+    assert outcome["manifest"] == manifest_of(TREE) and outcome["excluded"] == [".dgxspark-weights"]
+    verified = verify_tree(str(model), outcome["manifest"])
+    assert verified["unexpected"] == [] and verified["missing"] == []
+    # Below the top it is a file like any other.
+    write_tree(model, {"sub/.dgxspark-weights": b"x"})
+    assert verify_tree(str(model), outcome["manifest"])["unexpected"] == ["sub/.dgxspark-weights"]
+
+
 def test_own_manifest_and_cache_inside_the_directory_are_skipped(model):
     write_tree(model, {"weights.manifest.json": b"{}", "weights.manifest.json.cache": b"{}"})
     outcome = build_manifest(str(model), skip=["weights.manifest.json", "weights.manifest.json.cache"])

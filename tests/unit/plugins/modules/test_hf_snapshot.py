@@ -34,6 +34,8 @@ def test_a_peer_plans_from_the_files_of_the_source_manifest(capsys, tmp_path):
     peer.mkdir()
     (peer / "config.json").write_bytes(FILES["config.json"])
     (peer / "stray.bin").write_bytes(b"x")
+    # The model_weights role's marker is no stray file.
+    (peer / ".dgxspark-weights").write_text("ours\n")
     result = run(capsys, path=str(peer), state="planned", listing={"commit": COMMIT, "files": manifest_files()})
     assert not result.get("failed") and result["changed"] is False
     assert (result["commit"], result["to_fetch"], result["bytes_to_fetch"]) == (COMMIT, ["model.safetensors"], 2048)

@@ -34,6 +34,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd i
     systemd_exec_line,
 )
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_validation import engine_config_problems
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._inventory_values import value_problems
 
 DIGEST = "sha256:" + "3f" * 32
 PATCH_SHA256 = "9c" * 32
@@ -994,16 +995,6 @@ CONTAINER_REFUSALS = [
     ("env sets a variable of the fabric's base environment", {"env": {"NCCL_NVLS_ENABLE": "1"}},
      ["engine_service_env sets NCCL_NVLS_ENABLE, which the collection sets from roce_fabric_nccl_base_env; expected: "
       "no NCCL_NVLS_ENABLE here. Set it in roce_fabric_nccl_base_env instead."]),
-    ("API key in plain env", {"env": {"VLLM_API_KEY": "sk-plaintext-0123"}},
-     [secret("engine_service_env", "VLLM_API_KEY", API_KEY_HOME, "Move it there.")]),
-    ("Hub token in plain env", {"env": {"HF_TOKEN": "hf_plaintext0123"}},
-     [secret("engine_service_env", "HF_TOKEN", HF_TOKEN_HOME, "Move it there.")]),
-    ("Hub token under its old name in the fabric env", {"nccl_extra_env": {"HUGGING_FACE_HUB_TOKEN": "hf_plaintext0123"}},
-     [secret("roce_fabric_nccl_extra_env", "HUGGING_FACE_HUB_TOKEN", HF_TOKEN_HOME, "Move it there.")]),
-    ("another secret in plain env", {"env": {"WANDB_API_KEY": "0123abcd"}},
-     [secret("engine_service_env", "WANDB_API_KEY",
-             "no secret in the environment (the engine's only secret is engine_service_api_key, vault-encrypted)",
-             "Remove it.")]),
     ("env as a list", {"env": ["HF_HUB_OFFLINE=1"]},
      ["engine_service_env must be a mapping of variable names to values, not a list"]),
     ("fabric env as a string", {"nccl_extra_env": "NCCL_IB_TIMEOUT=22"},
@@ -1022,6 +1013,31 @@ CONTAINER_REFUSALS = [
      ["engine_service_env and roce_fabric_nccl_extra_env both set NCCL_IB_TIMEOUT; expected: each variable in one of "
       "them (the engine would get engine_service_env's). Remove it from one."]),
 ]
+
+
+# Secrets in the environments: judged in one place, the inventory check (env_secret_problems
+# in _inventory_values.py VALUE_RULES), before any host is contacted; the preflight's
+# container check leaves them alone.
+ENV_SECRETS = [
+    ("API key in plain env", "env", {"VLLM_API_KEY": "sk-plaintext-0123"},
+     secret("engine_service_env", "VLLM_API_KEY", API_KEY_HOME, "Move it there.")),
+    ("Hub token in plain env", "env", {"HF_TOKEN": "hf_plaintext0123"},
+     secret("engine_service_env", "HF_TOKEN", HF_TOKEN_HOME, "Move it there.")),
+    ("Hub token under its old name in the fabric env", "nccl_extra_env", {"HUGGING_FACE_HUB_TOKEN": "hf_plaintext0123"},
+     secret("roce_fabric_nccl_extra_env", "HUGGING_FACE_HUB_TOKEN", HF_TOKEN_HOME, "Move it there.")),
+    ("another secret in plain env", "env", {"WANDB_API_KEY": "0123abcd"},
+     secret("engine_service_env", "WANDB_API_KEY",
+            "no secret in the environment (the engine's only secret is engine_service_api_key, vault-encrypted)",
+            "Remove it.")),
+]
+
+
+@pytest.mark.parametrize("setting, env, expected", [case[1:] for case in ENV_SECRETS], ids=[case[0] for case in ENV_SECRETS])
+def test_a_secret_in_an_environment_is_judged_by_the_inventory_check_alone(setting, env, expected):
+    assert engine_container_problems(container(**{setting: env})) == []
+    variable = "engine_service_env" if setting == "env" else "roce_fabric_nccl_extra_env"
+    assert value_problems("spark2", {variable: env}) == ["spark2: " + expected]
+    assert not any(value in expected for value in env.values())
 
 
 def container(**changes):

@@ -12,14 +12,14 @@ from unit_support import REPO_ROOT
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings import SETTINGS_BY_NAME, _variable
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._inventory_inputs import (
-    BALANCER_GROUP,
+    GROUP_INPUTS,
     INPUT_RANGES,
     InventoryInputsError,
     declared_inputs,
+    group_problems,
     input_ranges,
     input_rules,
     inventory_input_problems,
-    layout_problems,
     range_problems,
     role_prefixes,
     unknown_input_problems,
@@ -147,14 +147,109 @@ def test_every_default_is_in_its_range():
     assert defaults and range_problems(ranges, "default", defaults) == []
 
 
+CLUSTER = ["spark1", "spark2", "spark3", "spark4"]
+
+
+def _groups(**groups):
+    return dict({"dgxspark_cluster": CLUSTER}, **groups)
+
+
+def _hosts(**overrides):
+    return {host: dict(overrides.get(host, {})) for host in CLUSTER}
+
+
 def test_a_fleet_without_the_balancer_group_is_refused():
     hosts = {"spark1": {"engine_service_replicas": 2}, "spark2": {"engine_service_replicas": 2}}
-    assert layout_problems(hosts, ["dgxspark_cluster"]) == [
+    assert group_problems(DECLARED, hosts, {"dgxspark_cluster": ["spark1", "spark2"]}) == [
         "spark1, spark2: engine_service_replicas is 2, a fleet that needs the balancer, but the inventory has no "
         "group dgxspark_balancer. Add the group (empty, the balancer runs on rank 0) or set "
         "engine_service_replicas to 1."]
-    assert layout_problems(hosts, ["dgxspark_cluster", BALANCER_GROUP]) == []
-    assert layout_problems({"spark1": {"engine_service_replicas": 1}}, ["dgxspark_cluster"]) == []
+    assert group_problems(DECLARED, hosts, {"dgxspark_cluster": ["spark1", "spark2"], "dgxspark_balancer": []}) == []
+    assert group_problems(DECLARED, {"spark1": {"engine_service_replicas": 1}}, {"dgxspark_cluster": ["spark1"]}) == []
+
+
+def test_the_fleet_check_reads_each_hosts_own_balancer_group():
+    # A row whose playbook targets "lb": the fleet on spark2, which names lb, needs lb, and
+    # the group dgxspark_balancer does not stand in for it.
+    rows = {"balancer_group": GROUP_INPUTS["balancer_group"]._replace(group="lb")}
+    hosts = _hosts(spark2={"engine_service_replicas": 2, "balancer_group": "lb"})
+    assert group_problems(DECLARED, hosts, _groups(dgxspark_balancer=[]), rows) == [
+        "spark2: balancer_group is lb, but the inventory has no group lb; expected a group that holds the host nginx "
+        "runs on. Add the group, or remove balancer_group from the inventory (without the group, the balancer runs on "
+        "the engine's rank 0)."]
+    assert group_problems(DECLARED, hosts, _groups(lb=[]), rows) == []
+
+
+def test_a_balancer_group_other_than_the_one_the_playbook_targets_is_refused():
+    hosts = _hosts(spark3={"balancer_group": "lb"})
+    assert group_problems(DECLARED, hosts, _groups(dgxspark_balancer=[], lb=["lb1"])) == [
+        "spark3: balancer_group is lb; expected dgxspark_balancer, the group playbooks/balancer.yml runs the role on "
+        "(a play's hosts: is read before any host's variables, so the playbook names the group itself and the hosts "
+        "of lb would be left out). Put the host nginx runs on in the group dgxspark_balancer and remove "
+        "balancer_group from the inventory."]
+
+
+MONITORING_ABSENT = "(without the group, Prometheus runs on the first host of monitoring_node_group)"
+
+
+@pytest.mark.parametrize("hosts, groups, expected", [
+    # Named by the inventory but missing: Prometheus would land on the first engine host.
+    (_hosts(spark1={"monitoring_server_group": "monitoring"}), _groups(),
+     "spark1: monitoring_server_group is monitoring, but the inventory has no group monitoring; expected a group that "
+     "holds the host Prometheus runs on. Add the group, or remove monitoring_server_group from the inventory "
+     + MONITORING_ABSENT + "."),
+    # The default's group, present but empty.
+    (_hosts(), _groups(monitoring=[]),
+     "spark1, spark2, spark3, spark4: monitoring_server_group is monitoring (the default), but the group monitoring "
+     "holds no host; expected the host Prometheus runs on in it. Put the host Prometheus runs on in the group, or "
+     "remove the empty group (without it, Prometheus runs on the first host of monitoring_node_group)."),
+    (_hosts(spark4={"monitoring_server_group": "prometheus"}), _groups(prometheus=["mon1"]),
+     "spark4: monitoring_server_group is prometheus; expected monitoring, the group playbooks/site.yml and "
+     "playbooks/status.yml run the role on"),
+    (_hosts(spark2={"monitoring_node_group": "sparks"}), _groups(sparks=CLUSTER),
+     "spark2: monitoring_node_group is sparks; expected dgxspark_cluster, the group playbooks/site.yml and "
+     "playbooks/status.yml run the role on"),
+], ids=["named_but_missing", "empty", "another_server_group", "another_node_group"])
+def test_a_monitoring_group_the_layout_cannot_use_is_refused(hosts, groups, expected):
+    problems = group_problems(DECLARED, hosts, groups)
+    assert len(problems) == 1 and problems[0].startswith(expected), problems
+
+
+def test_the_monitoring_layouts_that_work_pass():
+    # No monitoring group: Prometheus on the first engine host, as documented.
+    assert group_problems(DECLARED, _hosts(), _groups()) == []
+    # A monitoring host, also one outside the cluster.
+    assert group_problems(DECLARED, _hosts(spark1={"monitoring_server_group": "monitoring"}),
+                          _groups(monitoring=["mon1"])) == []
+    assert group_problems(DECLARED, dict(_hosts(), mon1={}), _groups(monitoring=["mon1"])) == []
+
+
+def test_a_host_outside_the_roles_plays_that_leaves_the_inputs_out_is_not_judged():
+    # sim-upstream: in no group the balancer or monitoring plays target.
+    assert group_problems(DECLARED, {"sim-upstream": {}}, {"simulation_upstream": ["sim-upstream"], "monitoring": []}) == []
+
+
+def test_the_groups_need_a_mapping():
+    with pytest.raises(InventoryInputsError, match="mapping of each inventory group to its hosts"):
+        inventory_input_problems(input_rules(SPECS), _hosts(), ["dgxspark_cluster"])
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_INPUTS))
+def test_each_group_input_names_the_group_its_playbooks_target(name):
+    row = GROUP_INPUTS[name]
+    # The role's default is the group the playbooks name, and the role runs there.
+    assert DECLARED[name]["default"] == row.group
+    assert row.group in row.role_hosts
+    role = name.split("_")[0]
+    for playbook in row.plays:
+        plays = yaml.safe_load((REPO_ROOT / playbook).read_text())
+        targets = [play["hosts"] for play in plays if "hosts" in play
+                   and role in yaml.safe_dump(play.get("roles", [])) + yaml.safe_dump(play.get("tasks", []))]
+        assert targets, (playbook, role)
+        for hosts in targets:
+            # A play's hosts: is templated before any host's variables exist: no variable of the row.
+            assert name not in hosts, hosts
+            assert all(group in hosts for group in row.role_hosts), hosts
 
 
 def _inventory_vars(inventory):
@@ -165,7 +260,8 @@ def _inventory_vars(inventory):
     hosts = yaml.load((REPO_ROOT / "inventory" / inventory / "hosts.yml").read_text(), Loader=_VaultLoader)
     cluster = hosts["dgxspark_cluster"]
     merged.update(cluster.get("vars") or {})
-    return {host: dict(merged, **(values or {})) for host, values in cluster["hosts"].items()}, list(hosts)
+    groups = {group: list((data or {}).get("hosts") or {}) for group, data in hosts.items()}
+    return {host: dict(merged, **(values or {})) for host, values in cluster["hosts"].items()}, groups
 
 
 class _VaultLoader(yaml.SafeLoader):

@@ -8,7 +8,10 @@ import yaml
 
 from unit_support import REPO_ROOT
 
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_container_checks import argv_secret_problems
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_container_checks import (
+    argv_secret_problems,
+    env_secret_problems,
+)
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._inventory_inputs import declared_inputs
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._inventory_values import (
     VALUE_RULES,
@@ -142,6 +145,70 @@ def test_arguments_without_secrets_pass(argv):
     assert argv_secret_problems("engine_service_extra_args", argv) == []
 
 
+# Values shaped like a credential, under any name: the same detector reads them in arguments.
+SHAPED = [
+    ("hf_" + "Ab1" * 10, "a Hugging Face token (hf_...)", HF_TOKEN_HOME),
+    ("nvapi-" + "x1Y" * 10, "an NGC API key (nvapi-...)", NO_SECRET),
+    ("http://proxyuser:Passw0rd@proxy.example:3128", "a URL with a password (user:password@host)", NO_SECRET),
+    ("ghp_" + "a1" * 18, "a GitHub token", NO_SECRET),
+    ("AKIA" + "ABCDEFGH12345678", "an AWS access key", NO_SECRET),
+]
+
+
+@pytest.mark.parametrize("value, kind, home", SHAPED, ids=range(len(SHAPED)))
+def test_a_value_shaped_like_a_credential_in_arguments_is_refused_without_it(value, kind, home):
+    problems = value_problems("spark2", {"engine_service_extra_args": ["--dtype", "float32", "--download-dir", value]})
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("spark2: engine_service_extra_args[3] holds a value shaped like %s, a secret, on a "
+                                  "command line (its value is not repeated here)" % kind), problems
+    assert "expected: %s" % home in problems[0] and value not in problems[0]
+
+
+ENV_HOMES = {
+    "VLLM_API_KEY": "the API key in engine_service_api_key, vault-encrypted (it reaches vLLM as VLLM_API_KEY through a "
+                    "root-only file). Move it there.",
+    "HF_TOKEN": "the Hub token in model_weights_hf_token, vault-encrypted (the collection fetches the weights with it; "
+                "the engine reads them from disk). Move it there.",
+    "NGC_API_KEY": "no secret in the environment (the engine's only secret is engine_service_api_key, "
+                   "vault-encrypted). Remove it.",
+    "WANDB_API_KEY": "no secret in the environment (the engine's only secret is engine_service_api_key, "
+                     "vault-encrypted). Remove it.",
+    "DB_PASSWORD": "no secret in the environment (the engine's only secret is engine_service_api_key, "
+                   "vault-encrypted). Remove it.",
+}
+
+
+@pytest.mark.parametrize("variable", ["engine_service_env", "roce_fabric_nccl_extra_env", "roce_fabric_nccl_base_env"])
+@pytest.mark.parametrize("name", sorted(ENV_HOMES))
+def test_a_secret_named_in_an_environment_is_refused_per_host_without_its_value(variable, name):
+    problems = value_problems("spark3", {variable: {"HF_HUB_OFFLINE": "1", name: SECRET}})
+    assert problems == ["spark3: %s holds %s, a secret, in plain environment: the environment is written into every "
+                        "rank's version and shown by ansible-playbook -v; expected: %s" % (variable, name, ENV_HOMES[name])]
+
+
+@pytest.mark.parametrize("value, kind, home", SHAPED, ids=range(len(SHAPED)))
+def test_a_value_shaped_like_a_credential_in_an_environment_is_refused_without_it(value, kind, home):
+    problems = value_problems("spark3", {"engine_service_env": {"HTTPS_PROXY_OR_ANY": value, "OMP_NUM_THREADS": "4"}})
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("spark3: engine_service_env holds HTTPS_PROXY_OR_ANY, whose value is shaped like %s, "
+                                  "a secret, in plain environment" % kind), problems
+    assert value not in problems[0] and SECRET not in problems[0]
+    assert ("expected: %s" % home.partition(" (")[0]) in problems[0] if home == HF_TOKEN_HOME else \
+        "expected: no secret in the environment" in problems[0]
+
+
+@pytest.mark.parametrize("env", [
+    {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1", "OMP_NUM_THREADS": 4, "NCCL_IB_TIMEOUT": "22",
+     "HTTPS_PROXY": "http://proxy.example:3128", "VLLM_LOGGING_PREFIX": "rank-0", "TOKENIZERS_PARALLELISM": "false",
+     "HF_HOME": "/srv/models/hf_home", "MAX_TOKENS": "4096"},
+    "not a mapping: the role's check names the type",
+    {},
+])
+def test_an_environment_without_secrets_passes(env):
+    assert env_secret_problems("engine_service_env", env) == []
+    assert value_problems("spark1", {"engine_service_env": env}) == []
+
+
 def _role_defaults():
     defaults = {}
     for path in REPO_ROOT.glob("roles/*/defaults/main.yml"):
@@ -154,7 +221,8 @@ def test_every_plain_default_passes_its_value_rule():
                 if name in VALUE_RULES and not (isinstance(value, str) and "{{" in value)}
     # The repository id's default is empty: an inventory must name one.
     defaults.pop("model_weights_hf_repo_id")
-    assert set(defaults) >= {"model_weights_hf_endpoint", "engine_service_extra_args", "bench_community_extra_args"}
+    assert set(defaults) >= {"model_weights_hf_endpoint", "engine_service_extra_args", "bench_community_extra_args",
+                             "engine_service_env", "roce_fabric_nccl_base_env", "roce_fabric_nccl_extra_env"}
     assert value_problems("default", defaults) == []
     # The weights directory's default, as the role resolves it for the sample's repository.
     assert value_problems("default", {"model_weights_dir": "/srv/models/DeepSeek-V4-Flash"}) == []
