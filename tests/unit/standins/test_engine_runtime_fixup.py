@@ -44,7 +44,21 @@ def site(tmp_path):
     _dist(tmp_path, "torchvision", "0.28.0", ["torchvision/__init__.py", "torchvision/ops/nms.py"])
     (tmp_path / "torchvision.libs").mkdir()
     (tmp_path / "torchvision.libs" / "libcudart.so").write_text("x")
+    shm = tmp_path / "vllm" / "distributed" / "device_communicators" / "shm_broadcast.py"
+    shm.parent.mkdir(parents=True)
+    shm.write_text(SHM_SOURCE)
     return tmp_path
+
+
+# The reader side of vLLM 0.32's SpinCondition, as far as the fix-up reads it.
+SHM_SOURCE = """class SpinCondition:
+    def __init__(
+        self,
+        is_reader: bool,
+        busy_loop_s: float = 1,
+    ):
+        self.busy_loop_s = busy_loop_s
+"""
 
 
 @pytest.mark.parametrize(
@@ -82,5 +96,26 @@ def test_main_is_idempotent(fixup, site, capsys):
     assert fixup.main(["fixup", str(site)]) == 0
     first = capsys.readouterr().out
     assert "removed torchvision" in first and "added vllm-0.32.0+cpu.dist-info" in first
+    assert "readers spin 0.1 s, not 1 s, before they sleep" in first
     assert fixup.main(["fixup", str(site)]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_shm_readers_spin_briefly_once_and_the_module_still_loads(fixup, site):
+    assert fixup.shorten_reader_spin(site) is True
+    path = site / fixup.SHM_BROADCAST
+    spec = importlib.util.spec_from_file_location("shm_broadcast_standin", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.SpinCondition(is_reader=True).busy_loop_s == 0.1
+    # Compiled again: the engine reads the tree read-only and cannot write the cache.
+    assert list((path.parent / "__pycache__").glob("shm_broadcast.*.pyc"))
+    assert fixup.shorten_reader_spin(site) is False
+
+
+def test_shm_reader_of_another_vllm_is_refused_naming_the_file(fixup, site, capsys):
+    (site / fixup.SHM_BROADCAST).write_text("class SpinCondition:\n    busy_loop_s = 2\n")
+    with pytest.raises(ValueError, match="shm_broadcast.py has no single 'busy_loop_s: float = 1,'"):
+        fixup.shorten_reader_spin(site)
+    assert fixup.main(["fixup", str(site)]) == 1
+    assert "shared-memory reader changed" in capsys.readouterr().err
