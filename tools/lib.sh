@@ -71,9 +71,9 @@ dgxspark_prerequisites() {
   fi
   echo "tools: no Docker daemon answers; starting dockerd in the background (log: $log)" >&2
   # setsid: the daemon outlives this script and does not get its signals.
-  # The daemon outlives this shell: it gets no descriptor beyond the three
-  # standard ones (a caller's lock, e.g. flock 9>file, would be held as long).
-  (for fd in /proc/$BASHPID/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
+  # It gets no descriptor beyond the three standard ones either (a caller's
+  # lock, e.g. flock 9>file, would be held as long as the daemon runs).
+  (for fd in "/proc/$BASHPID/fd"/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
    exec setsid dockerd >"$log" 2>&1 < /dev/null) &
   while [ "$wait" -gt 0 ]; do
     docker info >/dev/null 2>&1 && { echo "tools: dockerd answers" >&2; return 0; }

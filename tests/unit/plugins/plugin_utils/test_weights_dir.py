@@ -40,7 +40,8 @@ def write(root, files):
         path.write_text(text)
 
 
-def keep_manifest(manifest, files=MODEL):
+def keep_manifest(manifest, files=None):
+    files = MODEL if files is None else files
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps({"version": 1, "files": {rel: {"size": len(text), "sha256": "0" * 64}
                                                             for rel, text in files.items()}}, indent=2))
@@ -212,9 +213,10 @@ def test_the_filters_wrap_the_read_and_the_verdict(weights):
 
     filters = FilterModule().filters()
     directory, manifest = weights
-    assert filters["model_weights_dir_read_argv"](str(directory), str(manifest)) == read_argv(str(directory),
-                                                                                              str(manifest))
-    assert filters["model_weights_dir_verdict"]({"rc": 0, "stdout": "marked\n", "stderr": ""}, "spark1",
-                                                 str(directory), str(manifest))["marked"] is True
+    expected_argv = read_argv(str(directory), str(manifest))
+    assert filters["model_weights_dir_read_argv"](str(directory), str(manifest)) == expected_argv
+    verdict = filters["model_weights_dir_verdict"]({"rc": 0, "stdout": "marked\n", "stderr": ""}, "spark1",
+                                                   str(directory), str(manifest))
+    assert verdict["marked"] is True
     with pytest.raises(AnsibleFilterError, match="the read of"):
         filters["model_weights_dir_verdict"]({"rc": 1}, "spark1", str(directory), str(manifest))
