@@ -203,10 +203,15 @@ def _secret_value_kind(value):
     return None
 
 
+def _known_home(name):
+    """Where the secret named O(name) (a flag's or a variable's name, or None) belongs, or None
+    when the collection has no place for it."""
+    return _SECRET_HOMES.get((name or "").upper().replace("-", "_"))
+
+
 def _secret_home(name):
-    return _SECRET_HOMES.get((name or "").upper().replace("-", "_"),
-                             "no secret here (the collection's secrets are engine_service_api_key and "
-                             "model_weights_hf_token, vault-encrypted)")
+    return _known_home(name) or ("no secret here (the collection's secrets are engine_service_api_key and "
+                                 "model_weights_hf_token, vault-encrypted)")
 
 
 def _argv_secret(argument):
@@ -258,8 +263,7 @@ def argv_secret_problems(variable, argv):
             "%s[%d] holds %s, a secret, on a command line (its value is not repeated here): a command line is written "
             "into the node's unit and shown by ps and ansible-playbook -v; expected: %s. %s"
             % (variable, position, secret, _secret_home(home),
-               "Remove it and its value, and set it there." if (home or "").upper().replace("-", "_")
-               in _SECRET_HOMES else "Remove it and its value.")
+               "Remove it and its value, and set it there." if _known_home(home) else "Remove it and its value.")
         )
     return problems
 
@@ -286,9 +290,9 @@ def env_secret_problems(variable, env):
         problems.append(
             "%s holds %s, a secret, in plain environment: the environment is written into every rank's version "
             "and shown by ansible-playbook -v; expected: %s. %s"
-            % (variable, found, _SECRET_HOMES.get(home or "", "no secret in the environment (the engine's only "
-                                                  "secret is engine_service_api_key, vault-encrypted)"),
-               "Move it there." if (home or "") in _SECRET_HOMES else "Remove it.")
+            % (variable, found, _known_home(home) or ("no secret in the environment (the engine's only secret is "
+                                                      "engine_service_api_key, vault-encrypted)"),
+               "Move it there." if _known_home(home) else "Remove it.")
         )
     return problems
 
