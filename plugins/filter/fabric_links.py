@@ -8,7 +8,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_links imp
     ping_plan,
     verdict,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_plan import plans_shape_problems
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_plan import plans_shape_problems
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
 

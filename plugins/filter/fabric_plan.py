@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_plan import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_plan import (
     FabricPlanError,
     counters_by_hca,
     fabric_plan_problems,

@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_plan import links_shape_problems
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_plan import links_shape_problems
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report import _normalise_thresholds
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report_parsers import FabricReportError
 

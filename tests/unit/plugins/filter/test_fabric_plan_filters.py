@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgxspark.cluster.plugins.filter import fabric_links, fabric_plan, fabric_schedule
 from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_links import FabricLinkError, ping_plan
-from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_plan import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_plan import (
     FabricPlanError,
     fabric_plan_problems,
     node_problems,

@@ -8,7 +8,7 @@ import ipaddress
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_plan import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_plan import (
     FabricPlanError,
     counters_by_hca,
     fabric_plan_problems,
