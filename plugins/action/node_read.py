@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_state import (
     NodeStateError,
     parse_read,
     read_command,

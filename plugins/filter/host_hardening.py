@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._host_hardening import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._host_hardening import (
     HostHardeningError,
     earlyoom_args,
     earlyoom_default_file,
     running_args_differ,
     settings_problems,
 )
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
 
 def _plain(value):

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 from ansible_collections.dgxspark.cluster.plugins.filter.node_software import plain
-from ansible_collections.dgxspark.cluster.plugins.module_utils._monitoring import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._monitoring import (
     MonitoringError,
     prometheus_config,
     prometheus_rules,
     query_url,
     scrape_report,
 )
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
 
 def _config(settings):

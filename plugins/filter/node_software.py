@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._node_software import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_software import (
     NodeSoftwareError,
     daemon_config,
     daemon_options_problems,
@@ -13,11 +14,10 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._node_software im
     driver_verdict,
     gpu_check_problems,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_state import (
     NodeStateError,
     file_set_pending,
 )
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
 
 def plain(value):

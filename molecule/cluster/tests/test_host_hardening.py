@@ -16,7 +16,7 @@ import testinfra.utils.ansible_runner
 from helpers import GROUP, INVENTORY, ROOT, role_settings
 
 sys.path.insert(0, str(ROOT / "collections"))
-from ansible_collections.dgxspark.cluster.plugins.module_utils._host_hardening import earlyoom_args
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._host_hardening import earlyoom_args
 
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(str(INVENTORY)).get_hosts(GROUP)
 

@@ -15,7 +15,8 @@ from promtool_support import rule_settings
 
 from unit_support import FIXTURES, REPO_ROOT
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import _monitoring, _node_metrics
+from ansible_collections.dgxspark.cluster.plugins.module_utils import _node_metrics
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import _monitoring
 
 DASHBOARD = REPO_ROOT / "roles" / "monitoring" / "files" / "grafana-dashboard.json"
 # vLLM 0.32's vllm/v1/spec_decode/metrics.py: exported only with speculative decoding on,

@@ -14,7 +14,7 @@ from promtool_support import promtool, role_defaults, rule_settings
 
 from unit_support import REPO_ROOT
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import _monitoring
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import _monitoring
 
 RULES_TEST = REPO_ROOT / "tests" / "unit" / "roles" / "monitoring" / "rules_test.yml"
 

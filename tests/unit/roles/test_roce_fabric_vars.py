@@ -13,7 +13,7 @@ import pytest
 
 from unit_support import template_role_vars
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state import check_spec, parse_read
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_state import check_spec, parse_read
 
 CASES = []
 

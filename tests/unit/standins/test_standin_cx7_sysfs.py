@@ -17,9 +17,9 @@ import yaml
 
 from unit_support import REPO_ROOT, load_cx7_standin
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state import parse_read, read_command
 from ansible_collections.dgxspark.cluster.plugins.module_utils._roce_gid import read_gid_table, read_port_info
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_plan import node_problems, parse_hca_netdevs
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_state import parse_read, read_command
 
 cx7 = load_cx7_standin()
 

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _image
-from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state import parse_read, read_command
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_state import parse_read, read_command
 
 DIGEST = "sha256:" + "ab" * 32
 REF = "registry.example:5000/vllm/dspark:v0.21@" + DIGEST

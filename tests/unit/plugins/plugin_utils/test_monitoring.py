@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import _monitoring as mon
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import _monitoring as mon
 
 NODES = [{"host": "spark%d" % n, "address": "10.0.0.%d" % n, "rank": n - 1} for n in range(1, 5)]
 

@@ -21,7 +21,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._file_set import 
     changed_steps,
     plan_file_set,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils._node_state import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_state import (
     MARKER,
     NodeStateError,
     absent_gpu_facts,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._node_software import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_software import (
     NodeSoftwareError,
     daemon_config,
     daemon_options_problems,

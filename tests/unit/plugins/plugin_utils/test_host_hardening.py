@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils._host_hardening import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._host_hardening import (
     HostHardeningError,
     earlyoom_args,
     earlyoom_default_file,
