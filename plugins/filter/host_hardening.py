@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter, plain
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._host_hardening import (
     HostHardeningError,
     earlyoom_args,
@@ -13,21 +13,12 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._host_hardening i
 )
 
 
-def _plain(value):
-    # ansible-core 2.19 hands filters lazy containers; the functions want lists and dicts.
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
-
-
 def _earlyoom_args(mem_percent, swap_percent, prefer, avoid, report_interval=3600, extra_args=None):
-    return earlyoom_args(mem_percent, swap_percent, _plain(prefer), _plain(avoid), report_interval, _plain(extra_args))
+    return earlyoom_args(mem_percent, swap_percent, plain(prefer), plain(avoid), report_interval, plain(extra_args))
 
 
 def _problems(settings):
-    return settings_problems(_plain(settings))
+    return settings_problems(plain(settings))
 
 
 class FilterModule:

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.dgxspark.cluster.plugins.filter.node_software import plain
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter, plain
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._weights_dir import WeightsDirError, read_argv, verdict
 
 

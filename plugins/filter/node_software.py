@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter, plain
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_software import (
     NodeSoftwareError,
     daemon_config,
@@ -20,24 +18,8 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_state impor
 )
 
 
-def plain(value):
-    """O(value) with every dict and list rebuilt as a plain one, values as they are.
-
-    ansible-core 2.19 hands a filter a variable's dicts and lists as lazy containers,
-    and copy.deepcopy of one of those copies its templar, with every variable of the
-    host (some 200 ms with gathered facts); a plain copy costs next to nothing.
-    """
-    if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [plain(item) for item in value]
-    if isinstance(value, tuple):
-        return tuple(plain(item) for item in value)
-    return value
-
-
 def _daemon_config(options, *args, **kwargs):
-    # daemon_config deep-copies the options it adds to (see plain()).
+    # daemon_config deep-copies the options it adds to (see plugin_utils/_filters.py plain()).
     return daemon_config(plain(options), *args, **kwargs)
 
 

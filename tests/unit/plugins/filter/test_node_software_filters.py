@@ -50,14 +50,3 @@ def test_daemon_config_copies_the_options_without_deepcopy():
     assert config["dns"] == ["10.0.0.1"]
     # The options given are left as they were.
     assert options == {"runtimes": {"crun": {"path": "crun"}}, "dns": ["10.0.0.1"]}
-
-
-def test_plain_rebuilds_containers_and_keeps_values():
-    from ansible_collections.dgxspark.cluster.plugins.filter.node_software import plain
-
-    value = _NoDeepcopyDict({"a": [1, ("x", _NoDeepcopyDict({"b": None}))]})
-    result = plain(value)
-    assert result == {"a": [1, ("x", {"b": None})]}
-    # Plain dicts, not the stand-in subclass, which isinstance(..., dict) alone would accept.
-    assert not isinstance(result, _NoDeepcopyDict) and not isinstance(result["a"][1][1], _NoDeepcopyDict)
-    assert isinstance(result, dict) and isinstance(result["a"][1][1], dict) and isinstance(result["a"][1], tuple)

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter, plain
 
 
 class PlanError(ValueError):
@@ -34,3 +36,17 @@ def test_the_named_error_becomes_a_filter_error_with_the_same_message():
 def test_other_errors_pass_through():
     with pytest.raises(TypeError):
         as_filter(halve, PlanError)("x")
+
+
+def test_plain_rebuilds_containers_and_keeps_values():
+    class TaggedDict(dict):
+        pass
+
+    class TaggedList(list):
+        pass
+
+    value = TaggedDict(a=TaggedList([1, ("x", MappingProxyType({"b": None}))]), c="text")
+    copied = plain(value)
+    assert copied == {"a": [1, ["x", {"b": None}]], "c": "text"}
+    assert type(copied) is dict and type(copied["a"]) is list and type(copied["a"][1]) is list
+    assert type(copied["a"][1][1]) is dict
