@@ -104,24 +104,23 @@ class Step:
 # --------------------------------------------------------------------------- lookups
 
 
-def lookup_uid(name):
-    """The uid of user O(name); a name that no user has but is all digits is taken as a uid."""
+def _named_or_numeric_id(name, id_of_name):
     try:
-        return pwd.getpwnam(name).pw_uid
+        return id_of_name(name)
     except KeyError:
         if name.isdigit():
             return int(name)
         raise
+
+
+def lookup_uid(name):
+    """The uid of user O(name); a name that no user has but is all digits is taken as a uid."""
+    return _named_or_numeric_id(name, lambda user: pwd.getpwnam(user).pw_uid)
 
 
 def lookup_gid(name):
     """The gid of group O(name); a name that no group has but is all digits is taken as a gid."""
-    try:
-        return grp.getgrnam(name).gr_gid
-    except KeyError:
-        if name.isdigit():
-            return int(name)
-        raise
+    return _named_or_numeric_id(name, lambda group: grp.getgrnam(group).gr_gid)
 
 
 # --------------------------------------------------------------------------- validation

@@ -461,14 +461,21 @@ def build_manifest(root, exclude=DEFAULT_EXCLUDE, symlinks="refuse", cache=None,
         manifest["symlinks"] = dict(sorted(tree["symlinks"].items()))
     if origin is not None:
         manifest["origin"] = origin
+    return _result(manifest, tree, hashed, manifest=manifest)
+
+
+def _result(listed, tree, hashed, **fields):
+    """O(fields) with what building and verifying both report: the excluded paths of
+    O(tree), the cache entries and hashing counts of O(hashed), and the summary of the
+    manifest O(listed)."""
     return dict(
-        manifest=manifest,
-        cache=hashed["cache"],
+        fields,
         excluded=tree["excluded"],
+        cache=hashed["cache"],
         hashed_files=hashed["hashed_files"],
         hashed_bytes=hashed["hashed_bytes"],
         cached_files=hashed["cached_files"],
-        **summary(manifest)
+        **summary(listed)
     )
 
 
@@ -540,18 +547,13 @@ def verify_tree(root, manifest, exclude=DEFAULT_EXCLUDE, symlinks="refuse", cach
         kept.update(hashed["cache"])
         hashed["cache"] = kept
     mismatched.sort(key=lambda item: item["path"])
-    return dict(
+    return _result(
+        manifest, tree, hashed,
         ok=not (missing or unexpected or mismatched),
         path_exists=exists,
         missing=missing,
         unexpected=unexpected,
         mismatched=mismatched,
-        excluded=tree["excluded"],
-        cache=hashed["cache"],
-        hashed_files=hashed["hashed_files"],
-        hashed_bytes=hashed["hashed_bytes"],
-        cached_files=hashed["cached_files"],
-        **summary(manifest)
     )
 
 
