@@ -6,6 +6,8 @@ from __future__ import annotations
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter, plain
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_software import (
     NodeSoftwareError,
+    apt_pin_file,
+    apt_source_file,
     daemon_config,
     daemon_options_problems,
     docker_runtimes_problems,
@@ -32,4 +34,6 @@ class FilterModule:
             "container_runtime_runtimes_problems": as_filter(docker_runtimes_problems, NodeSoftwareError),
             "container_runtime_gpu_check_problems": as_filter(gpu_check_problems, NodeSoftwareError),
             "node_file_set_pending": as_filter(file_set_pending, NodeStateError),
+            "apt_source_file": as_filter(apt_source_file, NodeSoftwareError),
+            "apt_pin_file": as_filter(apt_pin_file, NodeSoftwareError),
         }

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """Pure helpers behind the nvidia_driver and container_runtime roles: judge the driver a
-node answers with, and build Docker's daemon.json from the inventory's options.
+node answers with, build Docker's daemon.json from the inventory's options, and write the
+apt source and pin files both roles install their packages from.
 
 Standard library only, so the logic is unit-tested without Ansible.
 """
@@ -205,3 +206,31 @@ def gpu_check_problems(container_output, gpu_facts):
             % ("; ".join("%s driver %s" % gpu for gpu in seen) or "no GPU", "; ".join("%s driver %s" % gpu for gpu in expected))
         ]
     return []
+
+
+def apt_source_file(uris, suites, components, signed_by, header="Ansible managed"):
+    """The text of a deb822 C(.sources) file: one C(deb) entry for O(uris) and O(suites),
+    signed by the key at O(signed_by); C(Components) only when O(components) lists some
+    (a flat repository, C(Suites: /), has none). Values are written as a template writes
+    them, list items joined by spaces."""
+    lines = ["# %s" % (header,), "Types: deb", "URIs: %s" % (uris,), "Suites: %s" % (suites,)]
+    if components:
+        lines.append("Components: %s" % _words(components))
+    lines.append("Signed-By: %s" % (signed_by,))
+    return "\n".join(lines) + "\n"
+
+
+def apt_pin_file(packages, version, priority, held, header="Ansible managed"):
+    """The text of an apt preferences file that holds O(packages) at O(version) with
+    O(priority); O(held) names what is held in the file's comment."""
+    return (
+        "# %s\n"
+        "# Holds %s at the version the cluster is tested with.\n"
+        "Package: %s\n"
+        "Pin: version %s\n"
+        "Pin-Priority: %s\n" % (header, held, _words(packages), version, priority)
+    )
+
+
+def _words(items):
+    return " ".join(str(item) for item in items)

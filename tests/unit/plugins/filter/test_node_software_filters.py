@@ -25,6 +25,8 @@ def test_filters_answer():
     assert FILTERS["container_runtime_runtimes_problems"]({"nvidia": {}}) == []
     assert FILTERS["container_runtime_gpu_check_problems"]("", {})
     assert FILTERS["node_file_set_pending"]({}, {"paths": {}}) == {}
+    assert FILTERS["apt_source_file"]("https://repo.example", "/", [], "/k.asc").endswith("Signed-By: /k.asc\n")
+    assert FILTERS["apt_pin_file"](["a"], "1.0", 1001, "a").endswith("Pin-Priority: 1001\n")
 
 
 def test_errors_reach_the_play_as_filter_errors():

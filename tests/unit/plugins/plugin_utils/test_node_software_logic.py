@@ -7,6 +7,8 @@ import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_software import (
     NodeSoftwareError,
+    apt_pin_file,
+    apt_source_file,
     daemon_config,
     daemon_options_problems,
     docker_runtimes_problems,
@@ -210,3 +212,21 @@ def test_daemon_options_problems_refuses_owned_keys_and_bad_shapes():
     assert any("'live-restore'" in p for p in daemon_options_problems({"live-restore": False}, "spark3"))
     assert "expected a dict" in daemon_options_problems(["hosts"], "spark3")[0]
     assert "expected a list of listen addresses" in daemon_options_problems({"hosts": 5}, "spark3")[0]
+
+
+def test_apt_source_file_leaves_components_out_of_a_flat_repository():
+    assert apt_source_file("https://repo.example/sbsa/", "/", [], "/etc/apt/keyrings/repo.asc") == (
+        "# Ansible managed\nTypes: deb\nURIs: https://repo.example/sbsa/\nSuites: /\n"
+        "Signed-By: /etc/apt/keyrings/repo.asc\n"
+    )
+    assert apt_source_file("https://repo.example", "noble", ["main", "contrib"], "/k.asc", "Managed") == (
+        "# Managed\nTypes: deb\nURIs: https://repo.example\nSuites: noble\nComponents: main contrib\n"
+        "Signed-By: /k.asc\n"
+    )
+
+
+def test_apt_pin_file_holds_the_packages_at_the_version():
+    assert apt_pin_file(["driver", "utils"], "580.95.05-0ubuntu1", 1001, "the NVIDIA driver") == (
+        "# Ansible managed\n# Holds the NVIDIA driver at the version the cluster is tested with.\n"
+        "Package: driver utils\nPin: version 580.95.05-0ubuntu1\nPin-Priority: 1001\n"
+    )
