@@ -19,6 +19,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib import parse as urlparse
 
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.testing import patch_module_args
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STANDINS = REPO_ROOT / "molecule" / "resources" / "standins"
 HARNESS_TESTS = REPO_ROOT / "molecule" / "resources" / "tests"
@@ -40,6 +44,27 @@ def load_collection_install():
     return module
 
 
+def module_result(main, capsys, params):
+    """Run a module's O(main) with O(params) as its arguments, as Ansible does: the result it
+    printed and its exit code (1 when it failed)."""
+    with patch_module_args(params), pytest.raises(SystemExit) as caught:
+        main()
+    return json.loads(capsys.readouterr().out), caught.value.code
+
+
+def assert_filter_error_matches(error_type, function_call, filter_call):
+    """O(filter_call) fails as O(function_call), the function behind the filter, does: an
+    AnsibleFilterError with the message of the function's O(error_type), which it carries.
+    Returns the message."""
+    with pytest.raises(error_type) as expected:
+        function_call()
+    with pytest.raises(AnsibleFilterError) as raised:
+        filter_call()
+    assert raised.value.message == str(expected.value)
+    assert isinstance(raised.value.orig_exc, error_type)
+    return raised.value.message
+
+
 def load_hub_standin():
     spec = importlib.util.spec_from_file_location("hf_hub_standin", STANDINS / "hf_hub.py")
     module = importlib.util.module_from_spec(spec)
@@ -57,10 +82,17 @@ def served_hub(root, files, repo, token):
         (root / rel).write_bytes(data)
     log = io.StringIO()
     server = load_hub_standin().make_server(str(root), repo, token, port=0, page_size=2, log=log)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     server.endpoint = "http://127.0.0.1:%d" % server.server_address[1]
     server.log_text = log.getvalue
+    with serving(server):
+        yield server
+
+
+@contextlib.contextmanager
+def serving(server, poll_interval=0.5):
+    """O(server) answering on a thread of its own while the block runs, closed after it."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": poll_interval}, daemon=True)
+    thread.start()
     try:
         yield server
     finally:
@@ -169,14 +201,8 @@ def served_registry(auth=True, no_head=False, fail=None):
     server.auth, server.no_head, server.fail, server.requests = auth, no_head, fail, []
     server.address = "127.0.0.1:%d" % server.server_address[1]
     server.base = "http://" + server.address
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(server, poll_interval=0.05):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def file_tree(root):

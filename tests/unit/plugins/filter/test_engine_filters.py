@@ -9,6 +9,8 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
+from unit_support import assert_filter_error_matches
+
 from ansible_collections.dgxspark.cluster.plugins.filter import engine
 from ansible_collections.dgxspark.cluster.plugins.filter.engine import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_timeline import (
@@ -91,12 +93,6 @@ def test_the_container_problems_filter_is_the_container_check():
     assert doc["DOCUMENTATION"]["name"] == "engine_container_problems"
 
 
-def message_of(function, *args):
-    with pytest.raises(EngineConfigError) as raised:
-        function(*args)
-    return str(raised.value)
-
-
 @pytest.mark.parametrize(
     "wrapper, function, args",
     [
@@ -110,11 +106,7 @@ def message_of(function, *args):
     ],
 )
 def test_errors_become_filter_errors_with_the_same_message(wrapper, function, args):
-    expected = message_of(function, *args)
-    with pytest.raises(AnsibleFilterError) as raised:
-        wrapper(*args)
-    assert raised.value.message == expected
-    assert isinstance(raised.value.orig_exc, EngineConfigError)
+    assert_filter_error_matches(EngineConfigError, lambda: function(*args), lambda: wrapper(*args))
 
 
 # A backslash at the end of a line continues it: the text is as journalctl printed it.
@@ -162,12 +154,7 @@ def test_the_timeline_filters_are_the_timeline_functions():
     ],
 )
 def test_timeline_errors_become_filter_errors_with_the_same_message(name, function, args):
-    with pytest.raises(EngineTimelineError) as raised:
-        function(*args)
-    with pytest.raises(AnsibleFilterError) as filter_raised:
-        FILTERS[name](*args)
-    assert filter_raised.value.message == str(raised.value)
-    assert isinstance(filter_raised.value.orig_exc, EngineTimelineError)
+    assert_filter_error_matches(EngineTimelineError, lambda: function(*args), lambda: FILTERS[name](*args))
 
 
 def test_the_engine_image_filters_reach_the_play_as_filter_errors():

@@ -6,9 +6,9 @@ from __future__ import annotations
 from itertools import permutations
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
 from unit_support import FIXTURES as UNIT_FIXTURES
+from unit_support import assert_filter_error_matches
 
 from ansible_collections.dgxspark.cluster.plugins.filter.fabric import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report import (
@@ -31,12 +31,6 @@ HOSTS = ["spark1", "spark2", "spark3"]
 def results(test="ib_write_lat", name="perftest_write_lat_spark.txt"):
     stdout = (FIXTURES / name).read_text()
     return [{"src": src, "dst": dst, "test": test, "rc": 0, "stdout": stdout} for src, dst in permutations(HOSTS, 2)]
-
-
-def message_of(function, *args, **kwargs):
-    with pytest.raises(FabricReportError) as raised:
-        function(*args, **kwargs)
-    return str(raised.value)
 
 
 def test_filter_module_exposes_the_three_filters():
@@ -74,11 +68,7 @@ def test_report_filter_passes_counters_through_by_keyword():
     ],
 )
 def test_pair_rounds_errors_become_filter_errors_with_the_same_message(wrapper, function, args):
-    expected = message_of(function, *args)
-    with pytest.raises(AnsibleFilterError) as raised:
-        wrapper(*args)
-    assert raised.value.message == expected
-    assert isinstance(raised.value.orig_exc, FabricReportError)
+    assert_filter_error_matches(FabricReportError, lambda: function(*args), lambda: wrapper(*args))
 
 
 @pytest.mark.parametrize(
@@ -91,23 +81,21 @@ def test_pair_rounds_errors_become_filter_errors_with_the_same_message(wrapper, 
 )
 def test_report_errors_become_filter_errors_with_the_same_message(kwargs):
     arguments = dict({"hosts": HOSTS}, **kwargs)
-    expected = message_of(
-        build_report,
-        arguments["hosts"],
-        results(),
-        arguments.get("counters_before"),
-        arguments.get("counters_after"),
-        arguments.get("thresholds"),
+    assert_filter_error_matches(
+        FabricReportError,
+        lambda: build_report(
+            arguments["hosts"],
+            results(),
+            arguments.get("counters_before"),
+            arguments.get("counters_after"),
+            arguments.get("thresholds"),
+        ),
+        lambda: fabric_report(results(), **arguments),
     )
-    with pytest.raises(AnsibleFilterError) as raised:
-        fabric_report(results(), **arguments)
-    assert raised.value.message == expected
-    assert isinstance(raised.value.orig_exc, FabricReportError)
 
 
 def test_markdown_errors_become_filter_errors_with_the_same_message():
-    expected = message_of(render_markdown, {"hosts": HOSTS})
-    with pytest.raises(AnsibleFilterError) as raised:
-        fabric_report_markdown({"hosts": HOSTS})
-    assert raised.value.message == expected
-    assert "needs a build_report() result" in expected
+    message = assert_filter_error_matches(
+        FabricReportError, lambda: render_markdown({"hosts": HOSTS}), lambda: fabric_report_markdown({"hosts": HOSTS})
+    )
+    assert "needs a build_report() result" in message

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.errors import AnsibleFilterError
+
+from unit_support import assert_filter_error_matches
 
 from ansible_collections.dgxspark.cluster.plugins.filter import fabric_links, fabric_schedule
 from ansible_collections.dgxspark.cluster.plugins.module_utils._fabric_links import FabricLinkError, ping_plan, verdict
@@ -55,9 +56,4 @@ def test_the_filters_are_the_module_utils_functions():
 def test_errors_become_filter_errors_with_the_same_message(name, filters, error, args):
     function = {"fabric_ping_plan": ping_plan, "fabric_link_verdict": verdict,
                 "fabric_plan_digest": plan_digest, "fabric_report_schedule": schedule}[name]
-    with pytest.raises(error) as expected:
-        function(*args)
-    with pytest.raises(AnsibleFilterError) as raised:
-        filters[name](*args)
-    assert raised.value.message == str(expected.value)
-    assert isinstance(raised.value.orig_exc, error)
+    assert_filter_error_matches(error, lambda: function(*args), lambda: filters[name](*args))

@@ -6,12 +6,13 @@ of vLLM's OpenAI server: streaming, timeouts, the serving check."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
+
+from unit_support import serving
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _bench_client
 
@@ -76,12 +77,8 @@ class Engine(BaseHTTPRequestHandler):
 @pytest.fixture
 def engine():
     Engine.delay, Engine.held_back, Engine.seen = 0.0, 0, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield "http://127.0.0.1:%d" % server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Engine)) as server:
+        yield "http://127.0.0.1:%d" % server.server_address[1]
 
 
 def test_a_streamed_completion_is_timed_and_sent_as_the_benchmark_needs(engine):

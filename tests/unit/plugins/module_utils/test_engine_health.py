@@ -8,13 +8,12 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
 
-from unit_support import REPO_ROOT
+from unit_support import REPO_ROOT, serving
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _engine_health
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_health import (
@@ -86,11 +85,8 @@ class FakeEngine(BaseHTTPRequestHandler):
 @pytest.fixture
 def engine():
     FakeEngine.behaviour = {}
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeEngine)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield "http://127.0.0.1:%d" % server.server_address[1], FakeEngine.behaviour
-    server.shutdown()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), FakeEngine)) as server:
+        yield "http://127.0.0.1:%d" % server.server_address[1], FakeEngine.behaviour
 
 
 def api(url, **overrides):

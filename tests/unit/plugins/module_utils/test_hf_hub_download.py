@@ -62,12 +62,18 @@ def test_a_rerun_downloads_nothing_and_reports_no_change(hub, tmp_path):
     assert len(downloads(hub)) == before
 
 
-def test_an_incomplete_file_is_continued_with_a_range_request(hub, tmp_path):
-    out = tmp_path / "out"
+def left_partial(out, data):
+    """The partial file an interrupted download of model.safetensors into O(out) leaves."""
     partial = _hf_hub.incomplete_path(str(out), "model.safetensors")
     os.makedirs(os.path.dirname(partial))
     with open(partial, "wb") as handle:
-        handle.write(BIG[:1_000_000])
+        handle.write(data)
+    return partial
+
+
+def test_an_incomplete_file_is_continued_with_a_range_request(hub, tmp_path):
+    out = tmp_path / "out"
+    partial = left_partial(out, BIG[:1_000_000])
     result = _hf_hub.snapshot(client(hub), REPO, "main", str(out), allow_patterns=["*.safetensors"])
     fetched = result["fetched"][0]
     assert fetched == {"path": "model.safetensors", "bytes_received": 500_000, "resumed_from": 1_000_000}
@@ -78,10 +84,7 @@ def test_an_incomplete_file_is_continued_with_a_range_request(hub, tmp_path):
 
 def test_a_damaged_partial_fails_the_digest_and_is_removed(hub, tmp_path):
     out = tmp_path / "out"
-    partial = _hf_hub.incomplete_path(str(out), "model.safetensors")
-    os.makedirs(os.path.dirname(partial))
-    with open(partial, "wb") as handle:
-        handle.write(b"\0" * 1_000_000)
+    partial = left_partial(out, b"\0" * 1_000_000)
     with pytest.raises(_hf_hub.HubError, match="sha256 .* the Hub listed .* run again"):
         _hf_hub.snapshot(client(hub), REPO, "main", str(out), allow_patterns=["*.safetensors"])
     assert not os.path.exists(partial)
@@ -248,10 +251,7 @@ def test_a_download_keeps_its_progress_file_at_the_bytes_received(hub, tmp_path)
 
 def test_a_resumed_download_counts_only_what_is_left(hub, tmp_path):
     out = tmp_path / "out"
-    partial = _hf_hub.incomplete_path(str(out), "model.safetensors")
-    os.makedirs(os.path.dirname(partial))
-    with open(partial, "wb") as handle:
-        handle.write(BIG[:1_000_000])
+    left_partial(out, BIG[:1_000_000])
     progress = _progress.ProgressFile(str(tmp_path / "progress.json"), "weights", every=0)
     _hf_hub.snapshot(client(hub), REPO, "main", str(out), allow_patterns=["*.safetensors"], progress=progress)
     assert progress.total == progress.done == 500_000

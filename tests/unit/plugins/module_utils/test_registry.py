@@ -7,13 +7,11 @@ any other; and the engine_image module's state=available around it."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from unit_support import REGISTRY_DIGEST_HELD as HELD
 from unit_support import REGISTRY_TOKEN as TOKEN
+from unit_support import module_result
 from unit_support import served_registry as fake_registry
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._registry import (
@@ -135,9 +133,7 @@ def test_parse_challenge():
 
 
 def run_module(capsys, **params):
-    with patch_module_args(dict(params, state="available", timeout=5)), pytest.raises(SystemExit):
-        engine_image.main()
-    return json.loads(capsys.readouterr().out)
+    return module_result(engine_image.main, capsys, dict(params, state="available", timeout=5))[0]
 
 
 def test_the_module_reports_a_held_digest_without_docker(capsys, monkeypatch):

@@ -3,18 +3,13 @@
 
 from __future__ import annotations
 
-import json
-
-import pytest
-from ansible.module_utils.testing import patch_module_args
+from unit_support import module_result
 
 from ansible_collections.dgxspark.cluster.plugins.modules import disk_space
 
 
 def run(capsys, **params):
-    with patch_module_args(params), pytest.raises(SystemExit):
-        disk_space.main()
-    return json.loads(capsys.readouterr().out)
+    return module_result(disk_space.main, capsys, params)[0]
 
 
 def test_reports_free_space_without_a_minimum(tmp_path, capsys):

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
-from unit_support import FIXTURES, load_cx7_standin
+from unit_support import FIXTURES, load_cx7_standin, module_result
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _fabric_links
 from ansible_collections.dgxspark.cluster.plugins.modules import fabric_link_check
@@ -40,11 +39,8 @@ def commands(monkeypatch):
 
 
 def run_module(capsys, **args):
-    with patch_module_args(args), pytest.raises(SystemExit) as caught:
-        fabric_link_check.main()
-    result = json.loads(capsys.readouterr().out)
-    result["exit_code"] = caught.value.code
-    return result
+    result, exit_code = module_result(fabric_link_check.main, capsys, args)
+    return dict(result, exit_code=exit_code)
 
 
 def test_reads_the_links_and_pings_every_peer(capsys, commands):

@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
-from unit_support import file_tree
+from unit_support import file_tree, module_result
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._file_set import (
     FileSetError,
@@ -38,9 +37,7 @@ CHECKER = (
 def run(capsys, check_mode=False, **params):
     if check_mode:
         params["_ansible_check_mode"] = True
-    with patch_module_args(params), pytest.raises(SystemExit):
-        file_set.main()
-    return json.loads(capsys.readouterr().out)
+    return module_result(file_set.main, capsys, params)[0]
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import json
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from unit_support import served_hub
+from unit_support import module_result, served_hub
 
 from ansible_collections.dgxspark.cluster.plugins.modules import hf_snapshot
 
@@ -20,9 +20,7 @@ FILES = {"config.json": b"{}\n", "model.safetensors": b"\x01" * 2048}
 
 
 def run(capsys, **params):
-    with patch_module_args(params), pytest.raises(SystemExit):
-        hf_snapshot.main()
-    return json.loads(capsys.readouterr().out)
+    return module_result(hf_snapshot.main, capsys, params)[0]
 
 
 def manifest_files():

@@ -4,15 +4,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
 
-from unit_support import load_cx7_standin
+from unit_support import load_cx7_standin, module_result
 
 from ansible_collections.dgxspark.cluster.plugins.modules import roce_gid
 
@@ -48,11 +46,8 @@ def sysfs_root(tmp_path):
 
 
 def run_module(capsys, **args):
-    with patch_module_args(args), pytest.raises(SystemExit) as caught:
-        roce_gid.main()
-    result = json.loads(capsys.readouterr().out)
-    result["exit_code"] = caught.value.code
-    return result
+    result, exit_code = module_result(roce_gid.main, capsys, args)
+    return dict(result, exit_code=exit_code)
 
 
 def snapshot(root):

@@ -10,7 +10,8 @@ import os
 from types import MappingProxyType
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+
+from unit_support import module_result
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _manifest
 from ansible_collections.dgxspark.cluster.plugins.modules import weights_manifest
@@ -47,9 +48,7 @@ def manifest_path(tmp_path):
 
 
 def run(capsys, **params):
-    with patch_module_args(params), pytest.raises(SystemExit):
-        weights_manifest.main()
-    return json.loads(capsys.readouterr().out)
+    return module_result(weights_manifest.main, capsys, params)[0]
 
 
 def present(capsys, model, manifest_path, **extra):

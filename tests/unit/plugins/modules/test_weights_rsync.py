@@ -10,7 +10,8 @@ import os
 import shutil
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+
+from unit_support import module_result
 
 from ansible_collections.dgxspark.cluster.plugins.modules import weights_rsync
 
@@ -18,9 +19,7 @@ pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="needs rsy
 
 
 def run(capsys, **params):
-    with patch_module_args(params), pytest.raises(SystemExit):
-        weights_rsync.main()
-    return json.loads(capsys.readouterr().out)
+    return module_result(weights_rsync.main, capsys, params)[0]
 
 
 @pytest.fixture
