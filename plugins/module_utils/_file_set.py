@@ -421,13 +421,23 @@ def _plan_creation(step, problems, will_exist):
         step.reasons.append("created")
 
 
-def _plan_file(step, problems, will_exist):
+def _existing(step, problems, will_exist, is_kind, expected):
+    """What a file or link step finds at its path when that is of its kind; None when there is
+    nothing to compare (the step is planned as a creation, or a problem is noted)."""
     st = _lstat(step.path)
     if st is None:
         _plan_creation(step, problems, will_exist)
-        return
-    if not stat.S_ISREG(st.st_mode):
-        problems.append("file %s: found %s; expected a regular file (or nothing)" % (step.path, describe(st, step.path)))
+        return None
+    if not is_kind(st.st_mode):
+        problems.append("%s %s: found %s; expected %s (or nothing)" % (step.kind, step.path, describe(st, step.path),
+                                                                      expected))
+        return None
+    return st
+
+
+def _plan_file(step, problems, will_exist):
+    st = _existing(step, problems, will_exist, stat.S_ISREG, "a regular file")
+    if st is None:
         return
     step.current_uid, step.current_gid = st.st_uid, st.st_gid
     if not _same_content(step.path, st, step.data):
@@ -439,12 +449,7 @@ def _plan_file(step, problems, will_exist):
 
 
 def _plan_link(step, problems, will_exist):
-    st = _lstat(step.path)
-    if st is None:
-        _plan_creation(step, problems, will_exist)
-        return
-    if not stat.S_ISLNK(st.st_mode):
-        problems.append("link %s: found %s; expected a symlink (or nothing)" % (step.path, describe(st, step.path)))
+    if _existing(step, problems, will_exist, stat.S_ISLNK, "a symlink") is None:
         return
     if os.readlink(step.path) != step.src:
         step.reasons.append("link")
