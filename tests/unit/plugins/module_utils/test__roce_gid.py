@@ -525,16 +525,7 @@ def test_cli_writes_the_env_file_atomically(node, tmp_path, capsys):
     env_file.write_text("NCCL_IB_GID_INDEX=11\n")
     env_file.chmod(0o600)
 
-    argv = [
-        "--sysfs-root",
-        str(root),
-        "--hca",
-        HCA,
-        "--address",
-        FABRIC_IP,
-        "--write-env",
-        str(env_file),
-    ]
+    argv = ["--sysfs-root", str(root), "--hca", HCA, "--address", FABRIC_IP, "--write-env", str(env_file)]
     assert main(argv) == 0
 
     assert env_file.read_text() == "NCCL_IB_GID_INDEX=3\n"
@@ -546,16 +537,7 @@ def test_cli_leaves_the_env_file_alone_on_failure(node, tmp_path, capsys):
     root = node()
     env_file = tmp_path / "nccl-gid.env"
     env_file.write_text("NCCL_IB_GID_INDEX=3\n")
-    argv = [
-        "--sysfs-root",
-        str(root),
-        "--hca",
-        HCA,
-        "--address",
-        "10.10.1.99",
-        "--write-env",
-        str(env_file),
-    ]
+    argv = ["--sysfs-root", str(root), "--hca", HCA, "--address", "10.10.1.99", "--write-env", str(env_file)]
 
     assert main(argv) == 2
 
