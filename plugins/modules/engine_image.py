@@ -364,7 +364,7 @@ class EngineImage:
         self.result.update(received_bytes=outcome["bytes"], seconds=outcome["seconds"])
         if outcome["bytes"] == 0 and not outcome["error"]:
             outcome["error"] = ("the sender closed the connection without data: it serves only the fabric addresses "
-                                "of the receiving nodes (roce_fabric_primary_address), or its docker save failed")
+                                "of the receiving nodes (roce_fabric_node_address), or its docker save failed")
         if outcome["rc"] != 0 or outcome["error"]:
             self.module.fail_json(
                 msg="loading the image streamed from %s failed after %d bytes: %s; the sender logs to the journal of "

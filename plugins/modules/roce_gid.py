@@ -86,7 +86,7 @@ EXAMPLES = r"""
 - name: Resolve the GID index for this node's fabric address
   dgxspark.cluster.roce_gid:
     hca: roceP2p1s0f1
-    address: "{{ roce_fabric_address }}"
+    address: "{{ roce_fabric_node_address }}"
     netdev: enP2p1s0f1np1
   register: fabric_gid
 

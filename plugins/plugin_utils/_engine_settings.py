@@ -22,8 +22,9 @@ VARIABLE_PREFIX = "engine_service_"
 
 RANK_VARIABLE = "engine_service_rank"
 
-# A rank's fabric address is the first link the fabric role plans for the host:
-# roce_fabric_address, or the first of roce_fabric_links when those are given.
+# A rank's fabric address is the one the fabric role exports for the host
+# (roce_fabric_node_address, _fabric_address.py); messages name the inventory
+# variables it comes from, which are what a person sets.
 ADDRESS_VARIABLE = "the fabric address (roce_fabric_address, or the first of roce_fabric_links)"
 
 MIN_PORT = 1

@@ -44,7 +44,7 @@ def test_nccl_environment_of_each_node(exported, host):
     facts = exported[host]
     address = inventory_hosts()[host]["roce_fabric_address"]
     assert [facts["gid_index"]] == _raw_gid_index(host, address)
-    assert facts["primary_address"] == address
+    assert facts["node_address"] == address
     assert facts["active_hcas"] == [GV["roce_fabric_hca"]]
     assert facts["nccl_env"] == {
         "NCCL_IB_HCA": f"{GV['roce_fabric_hca']}:1",

@@ -1,10 +1,10 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The engine_service role reads each host's fabric address from the fabric role's
-plan (roce_fabric_node_plan, exported by its validate entry point), one name for
-the value whether the inventory gives roce_fabric_address or roce_fabric_links; its
-settings map holds every engine setting's row, read from its variable, and renders
-the argv of the sample and simulated inventories as before."""
+"""The engine_service role reads each host's fabric address from the one fact the fabric
+role exports (roce_fabric_node_address; its validate entry point runs first), whether the
+inventory gives roce_fabric_address or roce_fabric_links; its settings map holds every
+engine setting's row, read from its variable, and renders the argv of the sample and
+simulated inventories as before."""
 
 from __future__ import annotations
 
@@ -20,25 +20,24 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings 
 )
 
 
-def plan(*addresses):
-    return {"links": [{"netdev": "n%d" % i, "hca": "h%d" % i, "address": a, "prefix": 24}
-                      for i, a in enumerate(addresses)], "mtu": 9000}
+def link(address):
+    return {"netdev": "enP2p1s0f1np1", "hca": "roceP2p1s0f1", "address": address, "prefix": 24}
 
 
-def test_engine_hosts_take_the_first_planned_link_of_each_host():
+def test_engine_hosts_take_each_hosts_fabric_fact():
     hostvars = {
-        # Two halves of the port: the first link is the rank's address; no roce_fabric_address at all.
-        "spark1": {"engine_service_rank": 0, "roce_fabric_node_plan": plan("192.168.201.11", "192.168.200.11")},
-        # A raw roce_fabric_address that the plan does not hold is not read.
-        "spark2": {"engine_service_rank": 1, "roce_fabric_address": "10.9.9.9",
-                   "roce_fabric_node_plan": plan("192.168.201.12")},
-        # No plan (the fabric check has not run for it): no address, which the engine check refuses.
+        # The fabric role read the links: the second half has carrier, the first not.
+        "spark1": {"engine_service_rank": 0, "roce_fabric_links": [link("192.168.201.11"), link("192.168.200.11")],
+                   "roce_fabric_node_address": "192.168.200.11"},
+        # A raw roce_fabric_address is not read where the fact is there.
+        "spark2": {"engine_service_rank": 1, "roce_fabric_address": "10.9.9.9", "roce_fabric_node_address": "192.168.201.12"},
+        # No fact and no address in the inventory: none, which the engine check refuses.
         "spark3": {"engine_service_rank": 2},
     }
     variables = {"groups": {"dgxspark_cluster": list(hostvars)}, "hostvars": hostvars}
     (result,) = template_role_vars("engine_service", [(variables, {"hosts": "{{ engine_service_hosts }}"})])
     assert result["hosts"] == {
-        "spark1": {"rank": 0, "fabric_address": "192.168.201.11"},
+        "spark1": {"rank": 0, "fabric_address": "192.168.200.11"},
         "spark2": {"rank": 1, "fabric_address": "192.168.201.12"},
         "spark3": {"rank": 2, "fabric_address": None},
     }

@@ -46,7 +46,7 @@ ENGINE = {
     "engine_service_exec_start": '"/usr/bin/docker" "run"', "engine_service_is_head": False,
     "engine_service_head": "spark1", "engine_image_id": "sha256:" + "12" * 32, "engine_service_vllm_argv": ["vllm"],
     "engine_service_container_env": {"A": "1"}, "engine_service_api_key": "",
-    "engine_service_head_address": "192.168.100.11", "roce_fabric_primary_address": "192.168.100.12",
+    "engine_service_head_address": "192.168.100.11", "roce_fabric_node_address": "192.168.100.12",
     "roce_fabric_sysfs_root": "/run/sim sysfs/%i", "engine_service_container_name": "dgxspark-engine",
     "engine_service_stop_timeout": 10, "engine_service_docker": "/usr/bin/docker",
     "engine_image_ref": "registry.example/vllm@sha256:" + "ab" * 32, "roce_fabric_active_hcas": ["roceP2p1s0f1"],

@@ -492,7 +492,7 @@ def test_a_sender_whose_docker_save_fails_sends_nothing_and_the_receiver_says_wh
     assert result["failed"] is True and result["received_bytes"] == 0
     assert result["msg"] == (
         "loading the image streamed from 127.0.0.1:%d failed after 0 bytes: the sender closed the connection "
-        "without data: it serves only the fabric addresses of the receiving nodes (roce_fabric_primary_address), or "
+        "without data: it serves only the fabric addresses of the receiving nodes (roce_fabric_node_address), or "
         "its docker save failed; the sender logs to the journal of its transient unit" % port)
     assert result["stderr"] == "requested load from stdin, but stdin is empty\n"
     assert docker.calls() == [INSPECT_LOCAL, ["load", "--quiet"]]
