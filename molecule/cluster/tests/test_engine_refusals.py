@@ -3,7 +3,7 @@
 """Unsound engine inventories are refused by site.yml in its preflight play,
 each with a message naming the variable and the fix, before any node changes.
 A secret given in plain text is refused there too, with a readable message
-that does not show it."""
+that does not show it. The cases run side by side (none changes a node)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from helpers import (
     group_vars,
     inventory_hosts,
     node_file_digests,
-    run_playbook,
+    run_side_by_side,
+    selected_cases,
 )
 
 testinfra_hosts = ["local://"]
@@ -154,22 +155,35 @@ def record(message):
         refusals.write("%s\n" % message)
 
 
-@pytest.fixture
-def unchanged_engine():
-    before = node_file_digests(HOSTS, ENGINE_FILES), {host: engine_container(host) for host in HOSTS}
-    yield
-    after = node_file_digests(HOSTS, ENGINE_FILES), {host: engine_container(host) for host in HOSTS}
-    assert after == before, "a refused run changed a node"
+def engine_state():
+    return node_file_digests(HOSTS, ENGINE_FILES), {host: engine_container(host) for host in HOSTS}
 
 
-@pytest.mark.parametrize("change, message", REFUSALS.values(), ids=list(REFUSALS))
-def test_unsound_engine_inventory_is_refused_before_any_change(change, message, tmp_path, unchanged_engine):
-    args, extra_vars = [], change
-    if isinstance(change, str):
-        override = tmp_path / "override.yml"
-        override.write_text("dgxspark_cluster:\n  hosts:\n    " + change)
-        args, extra_vars = ["-i", str(override)], None
-    result = run_playbook("site.yml", *args, extra_vars=extra_vars)
+@pytest.fixture(scope="module")
+def refused(request, tmp_path_factory):
+    """Every selected case's site.yml, run side by side (each is refused in the preflight
+    play, before any change): {case: CompletedProcess}. The engine's files and containers
+    are read before and after the whole batch; a case that changed a node fails them all."""
+    runs = {}
+    for case in selected_cases(request, "test_unsound_engine_inventory_is_refused_before_any_change",
+                               "test_a_secret_in_plain_text_is_refused_readably_before_any_change"):
+        change = REFUSALS[case][0] if case in REFUSALS else SECRETS[case][0]
+        args, extra_vars = [], change
+        if isinstance(change, str):
+            override = tmp_path_factory.mktemp("override") / "override.yml"
+            override.write_text("dgxspark_cluster:\n  hosts:\n    " + change)
+            args, extra_vars = ["-i", str(override)], None
+        runs[case] = ("site.yml", args, extra_vars)
+    before = engine_state()
+    results = run_side_by_side(runs)
+    assert engine_state() == before, "a refused run changed a node"
+    return results
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_unsound_engine_inventory_is_refused_before_any_change(case, refused):
+    message = REFUSALS[case][1]
+    result = refused[case]
     out = readable(result.stdout)
     assert result.returncode != 0
     assert message in out, out[-3000:]
@@ -180,15 +194,10 @@ def test_unsound_engine_inventory_is_refused_before_any_change(change, message, 
     record(message)
 
 
-@pytest.mark.parametrize("change, secret, message", SECRETS.values(), ids=list(SECRETS))
-def test_a_secret_in_plain_text_is_refused_readably_before_any_change(change, secret, message, tmp_path,
-                                                                      unchanged_engine):
-    args, extra_vars = [], change
-    if isinstance(change, str):
-        override = tmp_path / "override.yml"
-        override.write_text("dgxspark_cluster:\n  hosts:\n    " + change)
-        args, extra_vars = ["-i", str(override)], None
-    result = run_playbook("site.yml", *args, extra_vars=extra_vars)
+@pytest.mark.parametrize("case", list(SECRETS))
+def test_a_secret_in_plain_text_is_refused_readably_before_any_change(case, refused):
+    change, secret, message = SECRETS[case]
+    result = refused[case]
     out = readable(result.stdout)
     assert result.returncode != 0
     assert message in out, out[-3000:]

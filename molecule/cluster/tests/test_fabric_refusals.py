@@ -21,6 +21,8 @@ from helpers import (
     node_file_digests,
     node_state,
     run_playbook,
+    run_side_by_side,
+    selected_cases,
 )
 
 testinfra_hosts = ["local://"]
@@ -28,13 +30,6 @@ testinfra_hosts = ["local://"]
 GV = group_vars()
 HOSTS = sorted(inventory_hosts())
 NETWORK_FILES = [f"/etc/systemd/network/60-dgxspark-{GV['roce_fabric_netdev']}.network", "/etc/netplan/60-dgxspark-fabric.yaml"]
-
-
-@pytest.fixture
-def unchanged_nodes():
-    before = node_file_digests(HOSTS, NETWORK_FILES)
-    yield
-    assert node_file_digests(HOSTS, NETWORK_FILES) == before, "a refused run changed a node"
 
 
 # The node's management interface (the one holding its ansible_host), looked up
@@ -110,16 +105,37 @@ def filled(value, names):
     return value
 
 
-@pytest.mark.parametrize("change, message", INVENTORY_REFUSALS.values(), ids=list(INVENTORY_REFUSALS))
-def test_unsound_fabric_inventory_is_refused_before_any_change(change, message, tmp_path, unchanged_nodes):
+def filled_case(case):
+    """The case's (change, message), the management netdev's placeholder filled in."""
+    change, message = INVENTORY_REFUSALS[case]
     if MANAGEMENT_NETDEV in repr(change) + message:
         change, message = filled((change, message), {MANAGEMENT_NETDEV: management_netdev()})
-    args = []
-    if "override" in change:
-        override = tmp_path / "override.yml"
-        override.write_text("dgxspark_cluster:\n  hosts:\n    " + change["override"])
-        args = ["-i", str(override)]
-    result = run_playbook("site.yml", *args, extra_vars=change.get("extra_vars"))
+    return change, message
+
+
+@pytest.fixture(scope="module")
+def refused(request, tmp_path_factory):
+    """The selected cases' site.yml runs, side by side (each is refused before any change):
+    {case: CompletedProcess}. The network files are read before and after the whole batch."""
+    runs = {}
+    for case in selected_cases(request, "test_unsound_fabric_inventory_is_refused_before_any_change"):
+        change, _message = filled_case(case)
+        args = []
+        if "override" in change:
+            override = tmp_path_factory.mktemp("override") / "override.yml"
+            override.write_text("dgxspark_cluster:\n  hosts:\n    " + change["override"])
+            args = ["-i", str(override)]
+        runs[case] = ("site.yml", args, change.get("extra_vars"))
+    before = node_file_digests(HOSTS, NETWORK_FILES)
+    results = run_side_by_side(runs)
+    assert node_file_digests(HOSTS, NETWORK_FILES) == before, "a refused run changed a node"
+    return results
+
+
+@pytest.mark.parametrize("case", list(INVENTORY_REFUSALS))
+def test_unsound_fabric_inventory_is_refused_before_any_change(case, refused):
+    _change, message = filled_case(case)
+    result = refused[case]
     assert result.returncode != 0
     assert message in flat(result.stdout), flat(result.stdout)[-3000:]
     assert "Fabric | Write the" not in result.stdout

@@ -14,7 +14,16 @@ import shutil
 import pytest
 import yaml
 
-from helpers import INVENTORY, assert_nothing_changed, flat, group_vars, node_state, run_playbook
+from helpers import (
+    INVENTORY,
+    assert_nothing_changed,
+    flat,
+    group_vars,
+    node_state,
+    run_playbook,
+    run_side_by_side,
+    selected_cases,
+)
 
 testinfra_hosts = ["local://"]
 
@@ -56,9 +65,20 @@ REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize("extra_vars, message", REFUSALS, ids=[next(iter(r[0])) for r in REFUSALS])
-def test_site_refuses_unsuitable_nodes(extra_vars, message):
-    result = run_playbook("site.yml", extra_vars=extra_vars)
+REFUSALS = {next(iter(extra_vars)): (extra_vars, message) for extra_vars, message in REFUSALS}
+
+
+@pytest.fixture(scope="module")
+def refused(request):
+    """The selected cases' site.yml runs, side by side (each is refused before any change)."""
+    cases = selected_cases(request, "test_site_refuses_unsuitable_nodes")
+    return run_side_by_side({case: ("site.yml", [], REFUSALS[case][0]) for case in cases})
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_site_refuses_unsuitable_nodes(case, refused):
+    message = REFUSALS[case][1]
+    result = refused[case]
     assert result.returncode != 0, result.stdout
     output = " ".join(result.stdout.split())
     assert re.search(message, output), output[-3000:]

@@ -55,6 +55,29 @@ def run_playbook(playbook, *args, extra_vars=None, check=False, timeout=900, env
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def run_side_by_side(runs, workers=4):
+    """Run independent playbook runs side by side: O(runs) is {name: (playbook, args, extra_vars)},
+    the result {name: CompletedProcess}, each the run_playbook a test would make alone. Only for
+    runs refused before they change anything (a refusal test's): they share the nodes, so runs
+    that change them would race. Most of a refused run is the controller's work, so four at a
+    time keep both cores busy where one leaves the second idle."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        started = {name: pool.submit(run_playbook, playbook, *args, extra_vars=extra_vars)
+                   for name, (playbook, args, extra_vars) in runs.items()}
+        return {name: future.result() for name, future in started.items()}
+
+
+def selected_cases(request, *functions, param="case"):
+    """The O(param) values of the module's tests named O(functions) that this session runs
+    (all of them, or those -k or a node id chose): what a module fixture batching the
+    cases must run."""
+    return [item.callspec.params[param] for item in request.session.items
+            if item.module is request.module and getattr(item, "originalname", None) in functions
+            and param in getattr(getattr(item, "callspec", None), "params", {})]
+
+
 def run_summary(output, playbook="site.yml"):
     """The summary the last play of site.yml or restart.yml printed: its lines, stripped,
     from its title to the PLAY RECAP (the debug shows it as one literal block)."""
