@@ -15,6 +15,7 @@ from helpers import (
     engine_container,
     flat,
     group_vars,
+    host_override_args,
     inventory_hosts,
     node_file_digests,
     run_side_by_side,
@@ -168,12 +169,10 @@ def refused(request, tmp_path_factory):
     for case in selected_cases(request, "test_unsound_engine_inventory_is_refused_before_any_change",
                                "test_a_secret_in_plain_text_is_refused_readably_before_any_change"):
         change = REFUSALS[case][0] if case in REFUSALS else SECRETS[case][0]
-        args, extra_vars = [], change
         if isinstance(change, str):
-            override = tmp_path_factory.mktemp("override") / "override.yml"
-            override.write_text("dgxspark_cluster:\n  hosts:\n    " + change)
-            args, extra_vars = ["-i", str(override)], None
-        runs[case] = ("site.yml", args, extra_vars)
+            runs[case] = ("site.yml", host_override_args(tmp_path_factory.mktemp("override"), change), None)
+        else:
+            runs[case] = ("site.yml", [], change)
     before = engine_state()
     results = run_side_by_side(runs)
     assert engine_state() == before, "a refused run changed a node"

@@ -44,6 +44,7 @@ from helpers import (
     firing,
     flat,
     group_vars,
+    host_override_args,
     inventory_hosts,
     node_file_digests,
     node_state,
@@ -286,12 +287,11 @@ def test_a_replica_that_cannot_start_is_rolled_back_and_the_roll_stops_with_the_
     stops before the second replica, which never stopped. No request through the balancer fails."""
     before = {host: deployed_record(host)["version"] for host in HOSTS}
     untouched = {host: engine_container(host) for host in REPLICAS["spark3"]}
-    override = tmp_path / "override.yml"
-    override.write_text("dgxspark_cluster:\n  hosts:\n    spark2:\n      engine_service_extra_mounts:\n"
-                        "        - {src: /opt/dgxspark-sim/no-such-runtime, dest: /opt/vllm-runtime}\n")
+    override = host_override_args(tmp_path, "spark2:\n      engine_service_extra_mounts:\n"
+                                  "        - {src: /opt/dgxspark-sim/no-such-runtime, dest: /opt/vllm-runtime}\n")
     since = node_state("spark1", "date -u '+%F %T'").strip()
     with ServingMonitor(probe=balancer_probe) as client:
-        result = timed("roll rolled back", "restart.yml", "-i", str(override), extra_vars=marked("v3"))
+        result = timed("roll rolled back", "restart.yml", *override, extra_vars=marked("v3"))
         time.sleep(2)
     out = flat(result.stdout)
     assert result.returncode != 0

@@ -16,6 +16,7 @@ from helpers import (
     completion,
     flat,
     group_vars,
+    host_override_args,
     host_side_veth,
     inventory_hosts,
     node_file_digests,
@@ -120,11 +121,7 @@ def refused(request, tmp_path_factory):
     runs = {}
     for case in selected_cases(request, "test_unsound_fabric_inventory_is_refused_before_any_change"):
         change, _message = filled_case(case)
-        args = []
-        if "override" in change:
-            override = tmp_path_factory.mktemp("override") / "override.yml"
-            override.write_text("dgxspark_cluster:\n  hosts:\n    " + change["override"])
-            args = ["-i", str(override)]
+        args = host_override_args(tmp_path_factory.mktemp("override"), change["override"]) if "override" in change else []
         runs[case] = ("site.yml", args, change.get("extra_vars"))
     before = node_file_digests(HOSTS, NETWORK_FILES)
     results = run_side_by_side(runs)

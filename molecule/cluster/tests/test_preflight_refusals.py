@@ -19,6 +19,7 @@ from helpers import (
     assert_nothing_changed,
     flat,
     group_vars,
+    host_override_args,
     node_state,
     run_playbook,
     run_side_by_side,
@@ -261,9 +262,7 @@ def spark3_without_its_marker():
 
 def test_site_refuses_a_weights_directory_holding_other_data_before_changing_anything(tmp_path, foreign_weights_dir,
                                                                                       spark3_without_its_marker):
-    override = tmp_path / "override.yml"
-    override.write_text("dgxspark_cluster:\n  hosts:\n    spark2:\n      model_weights_dir: %s\n" % foreign_weights_dir)
-    result = run_playbook("site.yml", "-i", str(override))
+    result = run_playbook("site.yml", *host_override_args(tmp_path, "spark2:\n      model_weights_dir: %s\n" % foreign_weights_dir))
     output = flat(result.stdout)
     assert result.returncode != 0, output[-3000:]
     assert ("spark2: model_weights_dir %s holds 2 entries that are not the collection's (no marker, no manifest): "

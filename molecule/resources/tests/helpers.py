@@ -75,7 +75,15 @@ def selected_cases(request, *functions, param="case"):
     cases must run."""
     return [item.callspec.params[param] for item in request.session.items
             if item.module is request.module and getattr(item, "originalname", None) in functions
-            and param in getattr(getattr(item, "callspec", None), "params", {})]
+            and hasattr(item, "callspec") and param in item.callspec.params]
+
+
+def host_override_args(directory, hosts_yaml):
+    """The -i arguments of an inventory file, written under O(directory), that adds
+    O(hosts_yaml) (host entries, YAML indented under C(hosts:)) to the simulated one."""
+    override = directory / "override.yml"
+    override.write_text("%s:\n  hosts:\n    %s" % (GROUP, hosts_yaml))
+    return ["-i", str(override)]
 
 
 def run_summary(output, playbook="site.yml"):
