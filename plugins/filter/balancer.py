@@ -6,8 +6,10 @@ from __future__ import annotations
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._balancer import (
     BalancerError,
     balancer_config_problems,
+    balancer_drain_lines,
     balancer_nginx_config,
     balancer_upstreams,
+    engine_requests_in_flight,
 )
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 
@@ -18,4 +20,6 @@ class FilterModule:
             "balancer_upstreams": as_filter(balancer_upstreams, BalancerError),
             "balancer_config_problems": as_filter(balancer_config_problems, BalancerError),
             "balancer_nginx_config": as_filter(balancer_nginx_config, BalancerError),
+            "balancer_drain_lines": as_filter(balancer_drain_lines, BalancerError),
+            "engine_requests_in_flight": as_filter(engine_requests_in_flight, BalancerError),
         }

@@ -9,8 +9,10 @@ balancer's inputs; :func:`balancer_nginx_config` renders the ``conf.d`` file ngi
 loads: consistent-hash sticky routing on a session header (the client address when a
 request has none), passive health, a response header naming the replica that answered,
 ``/metrics`` refused (a per-replica series must be scraped from each head, never through
-the balancer), no buffering for streamed tokens and long read timeouts. Standard library
-only, unit-tested without Ansible.
+the balancer), no buffering for streamed tokens and long read timeouts;
+:func:`engine_requests_in_flight` reads from a head's ``/metrics`` how many requests a
+drained replica still runs or queues, so that the roll stops it only once they finished.
+Standard library only, unit-tested without Ansible.
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ def balancer_config_problems(settings, upstreams):
     if not isinstance(max_fails, int) or isinstance(max_fails, bool) or max_fails < 0:
         problems.append("%s is %r; expected an integer of 0 or more (0 turns passive health off)."
                         % (_variable("max_fails"), max_fails))
+    drain_timeout = settings.get("drain_timeout", 0)
+    if not isinstance(drain_timeout, int) or isinstance(drain_timeout, bool) or drain_timeout < 0:
+        problems.append("%s is %r; expected whole seconds, 0 or more (0 stops a drained replica at once)."
+                        % (_variable("drain_timeout"), drain_timeout))
     for key in ("fail_timeout", "read_timeout", "connect_timeout"):
         value = settings.get(key)
         if not isinstance(value, str) or not _DURATION_RE.match(value):
@@ -186,3 +192,63 @@ def balancer_nginx_config(settings, upstreams):
         "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+# The engine's own gauges of the requests it holds: those it runs and those it queues.
+IN_FLIGHT_METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+_SAMPLE_RE = re.compile(r"\A([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def engine_requests_in_flight(metrics_text):
+    """Requests a replica head runs or queues, from its Prometheus text (``/metrics``).
+
+    Sums every sample of ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``
+    (one per engine of the head). Returns None when neither gauge is in the text (not a
+    vLLM ``/metrics``, or an engine that does not report them): the caller cannot tell.
+    """
+    if not isinstance(metrics_text, str):
+        raise BalancerError("metrics text %r; expected the text of an engine's /metrics" % (metrics_text,))
+    found = False
+    total = 0.0
+    for line in metrics_text.splitlines():
+        match = _SAMPLE_RE.match(line)
+        if not match or match.group(1) not in IN_FLIGHT_METRICS:
+            continue
+        try:
+            value = float(match.group(3))
+        except ValueError as exc:
+            raise BalancerError("%s has the value %r; expected a number" % (match.group(1), match.group(3))) from exc
+        found = True
+        total += value
+    return round(total) if found else None
+
+
+def balancer_drain_lines(results, timeout):
+    """One line per drained replica head from the drain's wait (the ``uri`` results of its
+    loop, polled once a second with ``until``): whether it held requests, how long they took
+    to finish, or what was still running when O(timeout) seconds ran out."""
+    if not isinstance(results, list):
+        raise BalancerError("drain results %r; expected the list of the wait's loop results" % (results,))
+    lines = []
+    for result in results:
+        if not isinstance(result, dict) or not isinstance(result.get("item"), dict):
+            raise BalancerError("drain result %r; expected a loop result with its item" % (result,))
+        head = result["item"].get("name")
+        if result.get("skipped"):
+            continue
+        if result.get("status") != 200:
+            lines.append("The replica of %s: its head did not answer on /metrics (%s); nothing to wait for."
+                         % (head, result.get("msg") or "HTTP %s" % result.get("status")))
+            continue
+        left = engine_requests_in_flight(result.get("content", ""))
+        waited = max(0, int(result.get("attempts", 1)) - 1)
+        if left is None:
+            lines.append("The replica of %s: its head reports no vllm:num_requests_running; not waited for." % head)
+        elif left > 0:
+            lines.append("The replica of %s still held %d request(s) after balancer_drain_timeout (%s s): "
+                         "stopping it cuts them." % (head, left, timeout))
+        elif waited == 0:
+            lines.append("The replica of %s held no request when drained." % head)
+        else:
+            lines.append("The replica of %s finished its requests in flight %d s after the drain." % (head, waited))
+    return lines

@@ -27,6 +27,7 @@ PORT = (1, 65535)
 INPUT_RANGES = {
     "balancer_port": PORT,
     "balancer_max_fails": (0, 100),
+    "balancer_drain_timeout": (0, 86400),
     "bench_max_tokens": (1, 1048576),
     # A client-side bound: a short one fails the requests it cuts and the run goes on
     # (molecule's bench test cuts every request with 0.05 s).

@@ -12,15 +12,17 @@ import pytest
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._balancer import (
     BalancerError,
     balancer_config_problems,
+    balancer_drain_lines,
     balancer_nginx_config,
     balancer_upstreams,
+    engine_requests_in_flight,
 )
 
 HOSTS = {"spark%d" % (rank + 1): {"rank": rank, "fabric_address": "192.168.100.1%d" % (rank + 1)} for rank in range(4)}
 TP4 = {"tensor_parallel_size": 4, "replicas": 1, "api_port": 8000}
 FLEET = {"tensor_parallel_size": 2, "replicas": 2, "api_port": 8000}
 SETTINGS = {"port": 8080, "session_header": "X-Session-ID", "upstream_header": "X-Upstream", "max_fails": 2,
-            "fail_timeout": "10s", "read_timeout": "1h", "connect_timeout": "5s", "drained": [],
+            "fail_timeout": "10s", "read_timeout": "1h", "connect_timeout": "5s", "drained": [], "drain_timeout": 300,
             "reserved_ports": [8000, 29501]}
 
 
@@ -50,6 +52,8 @@ def test_a_replica_without_head_or_address_is_refused_by_name():
     ({"session_header": "X Session"}, "balancer_session_header is 'X Session'"),
     ({"upstream_header": ""}, "balancer_upstream_header is ''"),
     ({"max_fails": -1}, "balancer_max_fails is -1"),
+    ({"drain_timeout": -5}, "balancer_drain_timeout is -5"),
+    ({"drain_timeout": "soon"}, "balancer_drain_timeout is 'soon'"),
     ({"fail_timeout": "ten"}, "balancer_fail_timeout is 'ten'; expected an nginx duration"),
     ({"drained": ["spark2"]}, "balancer_drained_hosts names spark2, not a replica head; expected some of: spark1, spark3"),
     ({"drained": ["spark1", "spark3"]}, "drains every replica"),
@@ -103,3 +107,52 @@ def test_nginx_accepts_the_config(tmp_path):
     result = subprocess.run(["nginx", "-t", "-q", "-c", str(main), "-e", str(tmp_path / "e.log")],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+# A head's /metrics as vLLM 0.x prints it: the by-reason gauge and the histograms share
+# the prefix and must not count.
+METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} %s
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny"} %s
+vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="capacity"} 7.0
+vllm:num_requests_running_total 9
+vllm:e2e_request_latency_seconds_count{engine="0",model_name="tiny"} 12.0
+"""
+
+
+@pytest.mark.parametrize(("running", "waiting", "expected"), [("0.0", "0.0", 0), ("2.0", "0.0", 2), ("1.0", "3.0", 4)])
+def test_requests_in_flight_are_the_running_and_waiting_gauges_only(running, waiting, expected):
+    assert engine_requests_in_flight(METRICS % (running, waiting)) == expected
+
+
+def test_requests_in_flight_sum_every_engine_of_a_head():
+    text = (METRICS % ("1.0", "0.0")) + 'vllm:num_requests_running{engine="1",model_name="tiny"} 2.0\n'
+    assert engine_requests_in_flight(text) == 3
+
+
+def test_requests_in_flight_cannot_be_told_without_the_gauges_and_refuse_a_bad_value():
+    assert engine_requests_in_flight("# no vllm here\nprocess_cpu_seconds_total 3.0\n") is None
+    with pytest.raises(BalancerError, match="vllm:num_requests_running has the value 'many'"):
+        engine_requests_in_flight('vllm:num_requests_running{engine="0"} many\n')
+    with pytest.raises(BalancerError, match="expected the text"):
+        engine_requests_in_flight(None)
+
+
+def _wait(name, running, attempts, status=200):
+    return {"item": {"name": name}, "status": status, "attempts": attempts,
+            "content": METRICS % (running, "0.0") if status == 200 else "", "msg": "Status code was -1"}
+
+
+def test_the_drain_says_what_each_replica_held_and_what_a_timeout_cuts():
+    lines = balancer_drain_lines([_wait("spark1", "0.0", 1), _wait("spark3", "0.0", 7)], 300)
+    assert lines == ["The replica of spark1 held no request when drained.",
+                     "The replica of spark3 finished its requests in flight 6 s after the drain."]
+    cut = balancer_drain_lines([_wait("spark1", "2.0", 31)], 30)
+    assert cut == ["The replica of spark1 still held 2 request(s) after balancer_drain_timeout (30 s): stopping it cuts them."]
+    down = balancer_drain_lines([_wait("spark3", "0.0", 1, status=-1), {"item": {"name": "spark1"}, "skipped": True}], 300)
+    assert down == ["The replica of spark3: its head did not answer on /metrics (Status code was -1); nothing to wait for."]
+    with pytest.raises(BalancerError, match="expected a loop result"):
+        balancer_drain_lines([{"status": 200}], 300)
