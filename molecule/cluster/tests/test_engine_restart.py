@@ -97,7 +97,7 @@ def balancer_probe(number, started):
     return (started, status == 200, time.monotonic() - started, status, upstream)
 
 
-def streamed_through_balancer(session, max_tokens=96, timeout=120):
+def streamed_through_balancer(session, max_tokens=200, timeout=120):
     """(finished, X-Upstream, error) of one streamed completion through the balancer that
     generates max_tokens tokens (ignore_eos): finished when the stream ended with its
     finish reason and [DONE], not cut."""
@@ -130,10 +130,17 @@ def session_key_of(head):
     raise AssertionError("no session key of 64 reached the replica of %s" % head)
 
 
-def stream_probe(session):
-    """A ServingMonitor probe: one long streamed completion with this session key, as
-    (started, finished, seconds, error, upstream)."""
-    def probe(_number, started):
+def stream_probe(session, delay):
+    """A ServingMonitor probe: long streamed completions with this session key, back to back
+    (the first after `delay` seconds), as (started, finished, seconds, error, upstream), until
+    the balancer marks the replica of spark1 down; then nothing more is sent (None), so that
+    the rest of the roll runs without their load."""
+    def probe(number, started):
+        if number == 1:
+            time.sleep(delay)
+        if any(line.endswith("down;  # replica 0") for line in upstream_lines()):
+            time.sleep(1)
+            return None
         finished, upstream, error = streamed_through_balancer(session)
         return (started, finished, time.monotonic() - started, error, upstream)
     return probe
@@ -316,14 +323,15 @@ def test_the_fleet_serves_both_heads_sticky_and_a_second_run_changes_nothing(fle
 
 
 def test_a_rolling_upgrade_through_the_balancer_fails_no_request_and_cuts_no_stream(fleet):
-    """Short completions with new session keys, and back-to-back long streams whose key
-    pins them to the replica rolled first, all through the balancer while restart.yml rolls
-    the replicas: a stream is in flight on that replica when it is drained, and the replica
-    is stopped only once it finished, so no request fails and no stream is cut, and the run
-    says how long the drain waited."""
-    stream = ServingMonitor(interval=0, probe=stream_probe(session_key_of("spark1")))
+    """Short completions with new session keys through the balancer while restart.yml rolls
+    the replicas, and until the replica rolled first is drained, three staggered clients
+    streaming 200-token completions back to back with a session key of that replica: streams
+    are in flight on it when it is drained, and it is stopped only once they finished, so no
+    request fails and no stream is cut, and the run says how long the drain waited."""
+    key = session_key_of("spark1")
+    streams = [ServingMonitor(interval=0, probe=stream_probe(key, delay)) for delay in (0, 1.5, 3)]
     client = ServingMonitor(probe=balancer_probe)
-    with client, stream:
+    with client, streams[0], streams[1], streams[2]:
         result = timed("rolling upgrade", "restart.yml", extra_vars=marked("v2"))
         time.sleep(3)
     out = flat(result.stdout)
@@ -331,7 +339,7 @@ def test_a_rolling_upgrade_through_the_balancer_fails_no_request_and_cuts_no_str
     assert "Draining the replica of spark1" in out and "Draining the replica of spark3" in out, out[-3000:]
     failed = [sample for sample in client.samples if not sample[1]]
     longest = max(sample[2] for sample in client.samples)
-    streamed = stream.samples
+    streamed = [sample for monitor in streams for sample in monitor.samples if sample is not None]
     cut = [sample for sample in streamed if not sample[1]]
     print("rolling upgrade: %d requests, %d failed, longest %.2f s; %d streams, %d cut; %.1f s"
           % (len(client.samples), len(failed), longest, len(streamed), len(cut), TIMINGS["rolling upgrade"]))
