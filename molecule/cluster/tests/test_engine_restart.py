@@ -25,9 +25,11 @@ record requests sent and failed in reports/faults/faults.json."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -40,10 +42,12 @@ from helpers import (
     ServingMonitor,
     completion,
     deployed_record,
+    docker_exec,
     engine_container,
     firing,
     flat,
     group_vars,
+    head_pid,
     host_override_args,
     inventory_hosts,
     node_file_digests,
@@ -55,6 +59,7 @@ from helpers import (
     role_settings,
     run_playbook,
     run_until_killed,
+    run_watched,
     sim_node_boot,
     unit_state,
     wait_for,
@@ -94,6 +99,80 @@ def balancer_probe(number, started):
     traffic): (started, answered 200, seconds, status, upstream)."""
     status, upstream, _text = through_balancer(session="fleet-%d" % number, timeout=60)
     return (started, status == 200, time.monotonic() - started, status, upstream)
+
+
+def streamed_through_balancer(session, on_first_token=None, max_tokens=200, timeout=120):
+    """(finished, X-Upstream, error) of one streamed completion through the balancer that
+    generates max_tokens tokens (ignore_eos), calling O(on_first_token) when its first data
+    line came: finished when the stream ended with its finish reason and [DONE], not cut."""
+    body = json.dumps({"model": group_vars()["engine_service_served_model_name"], "prompt": "Hello",
+                       "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": True}).encode()
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY, "X-Session-ID": session}
+    request = urllib.request.Request(BALANCER + "/v1/completions", data=body, headers=headers)
+    upstream, reason = None, None
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            upstream = response.headers.get("X-Upstream")
+            for raw in response:
+                line = raw.strip()
+                if line == b"data: [DONE]":
+                    return reason == "length", upstream, None if reason == "length" else "finish reason %r" % reason
+                if line.startswith(b"data: "):
+                    if on_first_token is not None:
+                        on_first_token()
+                        on_first_token = None
+                    choices = json.loads(line[len(b"data: "):]).get("choices") or [{}]
+                    reason = choices[0].get("finish_reason") or reason
+        return False, upstream, "the stream ended without [DONE]"
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+        return False, upstream, "%s: %s" % (type(exc).__name__, exc)
+
+
+def session_key_of(head):
+    """A session key the balancer sends to this replica head."""
+    for number in range(64):
+        key = "stream-%d" % number
+        if through_balancer(session=key)[1] == head:
+            return key
+    raise AssertionError("no session key of 64 reached the replica of %s" % head)
+
+
+class StreamHeldInFlight:
+    """A stream pinned to O(head)'s replica that stays in flight until the drain has polled it:
+    once its first token came, the head's EngineCore is frozen (SIGSTOP), so the head keeps
+    reporting one request running; it is thawed 3 s after the drain's wait first retried
+    (O(polled), set by the caller), or after 30 s when the wait never does. The stream's
+    (finished, X-Upstream, error) lands in O(result)."""
+
+    def __init__(self, head):
+        self.head = head
+        self.session = session_key_of(head)
+        self.pid = head_pid(head, "VLLM::EngineCor")
+        self.polled = threading.Event()
+        self.frozen_seconds = None
+        self.result = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self._thread.start()
+
+    def _hold(self):
+        docker_exec(self.head, "kill -STOP %s" % self.pid)
+        frozen = time.monotonic()
+        try:
+            if self.polled.wait(30):
+                time.sleep(3)
+        finally:
+            # Gone when the roll stopped the replica under the stream (no wait).
+            subprocess.run(["docker", "exec", self.head, "kill", "-CONT", self.pid], capture_output=True, check=False)
+            self.frozen_seconds = time.monotonic() - frozen
+
+    def _run(self):
+        self.result = streamed_through_balancer(self.session, on_first_token=self._hold)
+
+    def join(self):
+        self._thread.join(120)
+        return self.result
 
 
 def engine_marker(host):
@@ -272,18 +351,38 @@ def test_the_fleet_serves_both_heads_sticky_and_a_second_run_changes_nothing(fle
                                          if line.startswith("spark")), flat(again.stdout)[-2000:]
 
 
-def test_a_rolling_upgrade_through_the_balancer_fails_no_request(fleet):
+def test_a_rolling_upgrade_through_the_balancer_fails_no_request_and_cuts_no_stream(fleet):
+    """Short completions with new session keys through the balancer while restart.yml rolls
+    the replicas, and, as the roll begins, a stream pinned to the replica rolled first that
+    stays in flight until the drain has polled it (its engine frozen): the drain waits for it,
+    the replica is stopped only once it finished, no request fails, no stream is cut, and the
+    run says how long the drain waited."""
+    stream = StreamHeldInFlight("spark1")
     with ServingMonitor(probe=balancer_probe) as client:
-        result = timed("rolling upgrade", "restart.yml", extra_vars=marked("v2"))
+        started = time.monotonic()
+        returncode, out, _killed = run_watched("restart.yml", {
+            r"PLAY \[Restart \| Roll the replicas one at a time": stream.start,
+            r"RETRYING: .*Wait for the drained replicas to finish": stream.polled.set,
+        }, extra_vars=marked("v2"))
+        TIMINGS["rolling upgrade"] = round(time.monotonic() - started, 1)
+        streamed = stream.join()
         time.sleep(3)
-    out = flat(result.stdout)
-    assert result.returncode == 0, (re.findall(r"(?:fatal|ERROR).{0,800}", out) or [out[-3000:]])[:3]
+    out = flat(out)
+    assert returncode == 0, (re.findall(r"(?:fatal|ERROR).{0,800}", out) or [out[-3000:]])[:3]
     assert "Draining the replica of spark1" in out and "Draining the replica of spark3" in out, out[-3000:]
     failed = [sample for sample in client.samples if not sample[1]]
     longest = max(sample[2] for sample in client.samples)
-    print("rolling upgrade: %d requests, %d failed, longest %.2f s, %.1f s"
-          % (len(client.samples), len(failed), longest, TIMINGS["rolling upgrade"]))
+    print("rolling upgrade: %d requests, %d failed, longest %.2f s; the stream %r, frozen %.1f s; %.1f s"
+          % (len(client.samples), len(failed), longest, streamed, stream.frozen_seconds or 0,
+             TIMINGS["rolling upgrade"]))
     assert len(client.samples) > 20 and failed == [], failed[:5]
+    # The stream was in flight on spark1's replica when it was drained, and was not cut:
+    # the drain waited for it (polling its head) before the roll stopped that replica.
+    assert streamed == (True, "spark1", None), streamed
+    assert stream.polled.is_set(), "the drain never waited for the stream in flight"
+    waited = re.search(r"The replica of spark1 finished its requests in flight (\d+) s after the drain", out)
+    assert waited and int(waited.group(1)) >= 3, re.findall(r"The replica of spark[13][^\]',]*", out)
+    assert "stopping it cuts them" not in out
     # Both replicas answered during the roll (the other one served while one was drained).
     assert {sample[4] for sample in client.samples} == {"spark1", "spark3"}
     assert {host: engine_marker(host) for host in HOSTS} == dict.fromkeys(HOSTS, "v2")

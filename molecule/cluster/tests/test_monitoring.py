@@ -11,15 +11,16 @@ alert's time to fire is printed and written to reports/monitoring/alert-times.js
 from __future__ import annotations
 
 import re
-import subprocess
 import threading
 import time
 
 from helpers import (
     completion,
+    docker_exec,
     firing,
     flat,
     group_vars,
+    head_pid,
     inventory_hosts,
     query,
     record_alert_time,
@@ -31,18 +32,6 @@ testinfra_hosts = ["local://"]
 
 HOSTS = inventory_hosts()
 GV = group_vars()
-
-
-def docker_exec(host, command):
-    return subprocess.run(["docker", "exec", host, "sh", "-c", command], capture_output=True, text=True, check=True)
-
-
-def head_pid(host, comm):
-    """PID (in the node's namespace) of the engine process named O(comm)."""
-    out = docker_exec(host, "ps -eo pid=,comm=").stdout
-    pids = [line.split()[0] for line in out.splitlines() if line.split()[1:] == [comm]]
-    assert len(pids) == 1, "processes named %s on %s: %r" % (comm, host, pids)
-    return pids[0]
 
 
 def test_every_target_is_up_and_reports_its_metrics():

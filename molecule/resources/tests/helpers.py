@@ -309,10 +309,12 @@ def one_version_everywhere(hosts=None):
     return records
 
 
-def run_until_killed(playbook, pattern, extra_vars=None, timeout=600):
-    """Start a playbook and SIGKILL the controller (its whole process group: the main
-    process and the workers it forked) as soon as a line of its output matches
-    O(pattern). Returns the output up to the kill."""
+def run_watched(playbook, watches, extra_vars=None, timeout=900):
+    """Run a playbook and call each callback of O(watches) ({pattern: callback}) once, the
+    first time a line of its output matches the pattern; a callback that returns True has
+    the controller SIGKILLed (its whole process group: the main process and the workers it
+    forked). A callback runs in the thread reading the output, so a long one starts its own
+    thread. Returns (returncode, output, killed)."""
     cmd = ["ansible-playbook", "-i", str(INVENTORY), str(ROOT / "playbooks" / playbook)]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
@@ -320,24 +322,44 @@ def run_until_killed(playbook, pattern, extra_vars=None, timeout=600):
                PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
+    pending = dict(watches)
     lines = []
     deadline = time.monotonic() + timeout
     killed = False
     try:
         for line in proc.stdout:
             lines.append(line)
-            if re.search(pattern, "".join(lines[-40:])):
-                os.killpg(proc.pid, signal.SIGKILL)
-                killed = True
-                break
-            if time.monotonic() > deadline:
+            recent = "".join(lines[-40:])
+            for pattern in [pattern for pattern in pending if re.search(pattern, recent)]:
+                killed = bool(pending.pop(pattern)()) or killed
+            if killed or time.monotonic() > deadline:
                 break
     finally:
-        if not killed:
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert killed, "the playbook never reached %r:\n%s" % (pattern, "".join(lines)[-3000:])
-    return "".join(lines)
+    return proc.returncode, "".join(lines), killed
+
+
+def run_until_killed(playbook, pattern, extra_vars=None, timeout=600):
+    """Start a playbook and SIGKILL the controller as soon as a line of its output matches
+    O(pattern). Returns the output up to the kill."""
+    _returncode, output, killed = run_watched(playbook, {pattern: lambda: True}, extra_vars, timeout)
+    assert killed, "the playbook never reached %r:\n%s" % (pattern, output[-3000:])
+    return output
+
+
+def docker_exec(host, command):
+    """Run O(command) with sh in the node container O(host) (the node's own namespaces)."""
+    return subprocess.run(["docker", "exec", host, "sh", "-c", command], capture_output=True, text=True, check=True)
+
+
+def head_pid(host, comm):
+    """PID (in the node's namespace) of the engine process named O(comm)."""
+    out = docker_exec(host, "ps -eo pid=,comm=").stdout
+    pids = [line.split()[0] for line in out.splitlines() if line.split()[1:] == [comm]]
+    assert len(pids) == 1, "processes named %s on %s: %r" % (comm, host, pids)
+    return pids[0]
 
 
 def prometheus_url():
