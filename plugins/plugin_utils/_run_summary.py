@@ -33,10 +33,24 @@ PARTS = (
     ("balancer", "nginx in front of the replicas"),
 )
 PART_NAMES = tuple(name for name, _what in PARTS)
-# The parts of each entry playbook that prints the summary, in the order it runs them.
+# The parts of each entry playbook (the tags it lists besides always), in the order it runs
+# them; site.yml and restart.yml check a tag selection against theirs and print the summary.
 PLAYBOOK_PARTS = {
     "site.yml": PART_NAMES,
     "restart.yml": ("preflight", "image", "weights", "engine"),
+    "engine.yml": ("image", "weights", "engine"),
+    "validate.yml": ("fabric_report",),
+    "balancer.yml": ("balancer",),
+}
+# The parts that act on every node of the cluster together, and why: a --limit that
+# leaves a node out cannot run them (part_limit_problems). The others act on each node
+# of the run alone.
+WHOLE_CLUSTER_PARTS = {
+    "fabric_report": "the fabric report measures every pair of nodes",
+    "image": "the image spreads from one source node to every rank",
+    "weights": "the weights spread from one source node to every rank",
+    "engine": "the engine validates, stops and starts every rank of a tensor-parallel group together",
+    "balancer": "the balancer routes to the head of every replica",
 }
 # Tags ansible-core gives a meaning of its own that a selection may name.
 _RUN_TAGS_ALLOWED = {"all", "always"}
@@ -103,6 +117,33 @@ def part_selection_problems(run_tags, skip_tags, playbook="site.yml"):
                     problems.append("%s %s: %s has no part %s%s; its parts are: %s." % (
                         option, tag, playbook, tag, " (did you mean %s?)" % near[0] if near else "", listing))
     return problems
+
+
+def part_limit_problems(run_hosts, cluster_hosts, run_tags, skip_tags, playbook="site.yml"):
+    """Messages for a --limit that leaves out nodes of O(cluster_hosts) (the cluster group)
+    while O(playbook) runs a part that acts on every node together (C(WHOLE_CLUSTER_PARTS)),
+    naming the nodes left out and the fix; [] when O(run_hosts) (C(ansible_play_hosts_all))
+    covers the cluster or the tags run only parts that act on each node alone."""
+    for name, hosts in (("run_hosts", run_hosts), ("cluster_hosts", cluster_hosts)):
+        if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)) or not all(isinstance(h, str) for h in hosts):
+            raise RunSummaryError("%s must be a list of host names, found %r" % (name, hosts))
+    left_out = [host for host in cluster_hosts if host not in run_hosts]
+    if not left_out:
+        return []
+    parts = playbook_parts(playbook)
+    whole = [part for part in parts if part in WHOLE_CLUSTER_PARTS and part_runs(part, run_tags, skip_tags)]
+    if not whole:
+        return []
+    local = [part for part in parts if part not in WHOLE_CLUSTER_PARTS and part not in _NEVER_SKIPPED]
+    fix = "add them to --limit, or run without --limit"
+    if local:
+        fix += (", or run only the parts that act on each node alone: --limit %s --tags %s"
+                % (",".join(host for host in cluster_hosts if host in run_hosts), ",".join(local)))
+    return ["--limit leaves out %s of the cluster (%s), but %s runs %s: %s. So a run of %s alone would leave the"
+            " cluster split; %s." % (
+                ", ".join(left_out), ", ".join(cluster_hosts), playbook, ", ".join(whole),
+                "; ".join(WHOLE_CLUSTER_PARTS[part] for part in whole),
+                ", ".join(host for host in cluster_hosts if host in run_hosts) or "no node", fix)]
 
 
 def _true(value):

@@ -16,7 +16,9 @@ from ansible_collections.dgxspark.cluster.plugins.filter.run_summary import Filt
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._run_summary import (
     PART_NAMES,
     PLAYBOOK_PARTS,
+    WHOLE_CLUSTER_PARTS,
     RunSummaryError,
+    part_limit_problems,
     part_runs,
     part_selection_problems,
     run_summary,
@@ -136,6 +138,52 @@ def test_skipping_the_checks_is_refused(tag):
 def test_an_unknown_playbook_is_an_error():
     with pytest.raises(RunSummaryError, match="'bench.yml' is no entry playbook"):
         part_selection_problems([], [], "bench.yml")
+
+
+CLUSTER = ["spark1", "spark2", "spark3", "spark4"]
+
+
+@pytest.mark.parametrize("playbook", sorted(PLAYBOOK_PARTS))
+def test_a_run_on_every_node_has_no_limit_problem(playbook):
+    assert part_limit_problems(list(reversed(CLUSTER)), CLUSTER, [], [], playbook) == []
+
+
+def test_a_limit_to_one_node_of_site_yml_is_refused_naming_the_nodes_left_out_and_the_fix():
+    (problem,) = part_limit_problems(["spark2"], CLUSTER, [], [])
+    assert problem.startswith("--limit leaves out spark1, spark3, spark4 of the cluster (spark1, spark2, spark3, spark4)")
+    assert "site.yml runs fabric_report, image, weights, engine, balancer" in problem
+    assert "every rank of a tensor-parallel group together" in problem
+    assert problem.endswith("--limit spark2 --tags driver,runtime,hardening,fabric,monitoring.")
+
+
+def test_the_parts_that_act_on_each_node_alone_run_under_a_limit():
+    assert part_limit_problems(["spark2"], CLUSTER, ["runtime", "hardening"], []) == []
+    assert part_limit_problems(["spark2"], CLUSTER, [], list(WHOLE_CLUSTER_PARTS)) == []
+
+
+def test_one_whole_cluster_part_left_in_the_tags_is_named_alone():
+    (problem,) = part_limit_problems(["spark1", "spark2"], CLUSTER, ["runtime", "engine"], [])
+    assert "site.yml runs engine: the engine validates" in problem and "image" not in problem
+
+
+@pytest.mark.parametrize("playbook", ["restart.yml", "engine.yml", "validate.yml", "balancer.yml"])
+def test_a_playbook_with_no_node_local_part_offers_only_the_whole_cluster(playbook):
+    (problem,) = part_limit_problems(["spark3", "spark4"], CLUSTER, [], [], playbook)
+    assert problem.startswith("--limit leaves out spark1, spark2 of the cluster")
+    assert problem.endswith("add them to --limit, or run without --limit.") and "--tags" not in problem
+
+
+@pytest.mark.parametrize("hosts", ["spark1", None, ["spark1", 2]])
+def test_host_lists_of_another_shape_are_an_error(hosts):
+    with pytest.raises(RunSummaryError, match="run_hosts must be a list of host names"):
+        part_limit_problems(hosts, CLUSTER, [], [])
+
+
+def test_the_limit_filter_wraps_the_function_and_raises_filter_errors():
+    problems = FilterModule().filters()["run_limit_problems"](["spark1"], CLUSTER, [], [], "restart.yml")
+    assert len(problems) == 1 and "spark2, spark3, spark4" in problems[0]
+    with pytest.raises(AnsibleFilterError, match="cluster_hosts must be a list"):
+        FilterModule().filters()["run_limit_problems"](["spark1"], "spark1", [], [])
 
 
 def test_the_tp4_lane_behind_the_balancer():
@@ -261,7 +309,7 @@ def test_missing_engine_facts_are_an_error_naming_them():
 
 def test_the_filters_wrap_the_functions_and_raise_filter_errors():
     filters = FilterModule().filters()
-    assert sorted(filters) == ["run_part_problems", "run_part_runs", "run_summary"]
+    assert sorted(filters) == ["run_limit_problems", "run_part_problems", "run_part_runs", "run_summary"]
     assert filters["run_part_runs"]("image", ["engine"], []) is False
     assert filters["run_summary"](run(), engine_hosts()) == run_summary(run(), engine_hosts())
     with pytest.raises(AnsibleFilterError, match="no entry playbook"):
