@@ -434,8 +434,9 @@ def test_a_rebooted_replica_node_is_routed_around_named_and_brought_back(fleet):
     """spark3 (the second replica's head) reboots while a client sends completions through the
     balancer: after balancer_fail_timeout every request is answered by the other replica; the
     rebooted rank does not start at boot, its worker's watchdog stops it (nothing half-alive),
-    the rank-down alert fires, status.yml fails naming spark3 while spark1's replica serves.
-    site.yml, its controller killed once as the head is about to start, brings the replica back
+    the rank-down alert fires, status.yml fails naming spark3 while spark1's replica serves,
+    and an upgrade with restart.yml is refused before any rank stops (it would leave no
+    replica serving). site.yml, its controller killed once as the head is about to start, brings the replica back
     on a re-run, the other replica untouched."""
     fail_timeout = float(str(role_settings("balancer")["balancer_fail_timeout"]).rstrip("s"))
     untouched = {host: engine_container(host) for host in REPLICAS["spark1"]}
@@ -455,6 +456,12 @@ def test_a_rebooted_replica_node_is_routed_around_named_and_brought_back(fleet):
         assert status.returncode != 0
         assert re.search(r"spark3: unit dgxspark-engine\.service is (failed|inactive)", out), out[-3000:]
         assert re.search(r"spark1 \(rank 0, version \w+\): serving", out), out[-3000:]
+        # An upgrade now would drain spark1's replica with none left serving, or stop it with
+        # every rank: restart.yml refuses before any rank stops (spark1's stay untouched, below).
+        refused = run_playbook("restart.yml", extra_vars=marked("v3"))
+        out = flat(refused.stdout)
+        assert refused.returncode != 0 and "The replica of spark3 (spark3, spark4) is not running." in out, out[-3000:]
+        assert "would drain the replica of spark1 while no other serves" in out and "no rank was stopped" in out
         down_samples = list(client.samples)
         # site.yml sees spark3's replica down and starts it. Its controller is killed once as
         # the head is about to start: a re-run converges that replica to one version.
