@@ -140,6 +140,11 @@ SETTINGS = (
     Setting("start_timeout", "int", 1500, minimum=300,
             doc="Seconds from the coordinated start until the head must answer a checked completion (300 or "
                 "more); a DeepSeek-V4-Flash TP=4 start takes 6 to 9 minutes."),
+    # Its own bound: a new version may need longer than engine_service_start_timeout's
+    # usual start (a first compile), the version that served before does not.
+    Setting("rollback_timeout", "int", 900, minimum=300,
+            doc="Seconds from the start of the rollback after a failed start until the version that served before "
+                "must answer a checked completion again (300 or more), apart from O(engine_service_start_timeout)."),
     Setting("stop_timeout", "int", 10, minimum=0,
             doc="Seconds a rank gets to exit after SIGTERM before it is killed. A rank holds no state worth waiting "
                 "for; the stop is part of every restart's serving gap."),

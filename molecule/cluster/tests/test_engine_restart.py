@@ -405,6 +405,10 @@ def test_a_replica_that_cannot_start_is_rolled_back_and_the_roll_stops_with_the_
     out = flat(result.stdout)
     assert result.returncode != 0
     assert "spark2: unit dgxspark-engine.service is failed" in out and "Rolled back from" in out, out[-3000:]
+    # The rollback waits on its own bound, not the new version's start timeout.
+    rollback_timeout = group_vars()["engine_service_rollback_timeout"]
+    assert rollback_timeout != group_vars()["engine_service_start_timeout"]
+    assert "must serve again within engine_service_rollback_timeout=%d s" % rollback_timeout in out, out[-3000:]
     assert "The replica of spark1 did not serve" in out and "The roll stops here" in out, out[-3000:]
     assert "Draining the replica of spark3" not in out
     # The head started the failed version and was stopped with it (spark2's rank never ran)...
