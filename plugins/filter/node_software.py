@@ -10,7 +10,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_software im
     apt_source_file,
     daemon_config,
     daemon_options_problems,
-    docker_runtimes_problems,
+    docker_info_problems,
     driver_verdict,
     gpu_check_problems,
 )
@@ -31,7 +31,7 @@ class FilterModule:
             "nvidia_driver_verdict": as_filter(driver_verdict, NodeSoftwareError),
             "container_runtime_daemon_config": as_filter(_daemon_config, NodeSoftwareError),
             "container_runtime_daemon_options_problems": as_filter(daemon_options_problems, NodeSoftwareError),
-            "container_runtime_runtimes_problems": as_filter(docker_runtimes_problems, NodeSoftwareError),
+            "container_runtime_docker_info_problems": as_filter(docker_info_problems, NodeSoftwareError),
             "container_runtime_gpu_check_problems": as_filter(gpu_check_problems, NodeSoftwareError),
             "node_file_set_pending": as_filter(file_set_pending, NodeStateError),
             "apt_source_file": as_filter(apt_source_file, NodeSoftwareError),

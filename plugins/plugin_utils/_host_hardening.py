@@ -34,6 +34,20 @@ _UNSAFE_WORD = re.compile(r"[\s'\"\\]")
 _SIZE = re.compile(r"\A[1-9][0-9]*[KMGT]?\Z")
 
 
+# The sysctls the role's defaults set, with the range a 128 GB unified-memory node
+# can live with (least, most) and why; another name is written as given.
+SYSCTL_RANGES = {
+    # Below 64 MiB the reserve is the kernel's own default and protects nothing; above
+    # 8 GiB it takes memory the model and its KV cache need.
+    "vm.min_free_kbytes": (65536, 8388608),
+    # The kernel's own range (0 to 200 since Linux 5.8); above 60 (Ubuntu's default) the
+    # engine's processes are swapped out before the weights' page cache is dropped.
+    "vm.swappiness": (0, 60),
+    # The kernel's own range (1 to 3000); below Linux's default of 10 reclaim starts later.
+    "vm.watermark_scale_factor": (10, 3000),
+}
+
+
 class HostHardeningError(ValueError):
     """Settings that would give earlyoom, sysctl or journald something they cannot use."""
 
@@ -173,6 +187,12 @@ def settings_problems(settings):
             elif isinstance(value, bool) or not isinstance(value, (int, str)) or _UNSAFE_WORD.search(str(value)) \
                     or str(value) == "":
                 problems.append("host_hardening_sysctl %s=%r; expected a number or a word" % (name, value))
+            elif name in SYSCTL_RANGES:
+                least, most = SYSCTL_RANGES[name]
+                if not re.match(r"\A[0-9]+\Z", str(value)) or not least <= int(value) <= most:
+                    problems.append("host_hardening_sysctl %s=%r; expected a whole number from %d to %d for a "
+                                    "128 GB unified-memory node (SYSCTL_RANGES in _host_hardening.py says why)"
+                                    % (name, value, least, most))
     journald = settings.get("host_hardening_journald")
     if not isinstance(journald, dict):
         problems.append("host_hardening_journald=%r; expected a mapping of journald.conf [Journal] setting to value"

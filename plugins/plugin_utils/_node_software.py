@@ -18,6 +18,12 @@ _DRIVER_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
 # Keys of daemon.json the roles own; the inventory may not set them in its free-form options.
 OWNED_KEYS = ("live-restore", "default-ulimits")
 ULIMIT_NAMES = ("memlock", "nofile", "stack")
+# Docker's cgroup drivers. With "systemd", a `systemctl daemon-reload` (any package
+# install, any unit written) revokes the device access of running GPU containers: the
+# engine keeps running without its GPU ("Failed to initialize NVML: Unknown Error").
+# "cgroupfs" keeps the devices; it is the role's default.
+CGROUP_DRIVERS = ("cgroupfs", "systemd")
+_CGROUP_DRIVER_OPT = "native.cgroupdriver"
 
 
 class NodeSoftwareError(ValueError):
@@ -77,6 +83,10 @@ def _ulimit_entry(name, limit):
     return {"Name": name, "Soft": soft, "Hard": hard}
 
 
+def _exec_opt_name(item):
+    return item.split("=", 1)[0].strip().lower()
+
+
 def _tls_verified(options):
     return options.get("tlsverify") is True and all(options.get(key) for key in ("tlscacert", "tlscert", "tlskey"))
 
@@ -96,6 +106,20 @@ def daemon_options_problems(options, host=""):
             problems.append(
                 "%scontainer_runtime_daemon_options sets %r; the role owns it (set container_runtime_ulimits for "
                 "default-ulimits; live-restore is always true). Remove it." % (prefix, key)
+            )
+    exec_opts = options.get("exec-opts", [])
+    if not isinstance(exec_opts, list) or not all(isinstance(item, str) for item in exec_opts):
+        problems.append(
+            "%scontainer_runtime_daemon_options.exec-opts=%r; expected a list of strings such as "
+            "['native.umask=normal']" % (prefix, exec_opts)
+        )
+    else:
+        driver_opts = [item for item in exec_opts if _exec_opt_name(item) == _CGROUP_DRIVER_OPT]
+        if driver_opts:
+            problems.append(
+                "%scontainer_runtime_daemon_options.exec-opts holds %s; the role owns Docker's cgroup driver. "
+                "Remove it and set container_runtime_cgroup_driver (cgroupfs keeps running GPU containers' "
+                "devices across a systemctl daemon-reload; systemd does not)." % (prefix, ", ".join(driver_opts))
             )
     hosts = options.get("hosts", [])
     if isinstance(hosts, str):
@@ -126,14 +150,19 @@ def daemon_options_problems(options, host=""):
     return problems
 
 
-def daemon_config(options, runtime_path, ulimits, default_runtime=""):
+def daemon_config(options, runtime_path, ulimits, default_runtime="", cgroup_driver="cgroupfs"):
     """Docker's daemon.json: the inventory's O(options) with the keys the cluster relies on.
 
     The nvidia runtime (at O(runtime_path)) is added next to any runtimes in O(options);
     C(live-restore) is forced on so that restarting dockerd leaves running containers alone;
     C(default-ulimits) comes from O(ulimits) (name -> soft/hard) and must hold memlock,
     nofile and stack. O(default_runtime), when set, must name a configured runtime.
+    C(exec-opts) gets C(native.cgroupdriver=)O(cgroup_driver) after the options' own.
     """
+    if cgroup_driver not in CGROUP_DRIVERS:
+        raise NodeSoftwareError(
+            "container_runtime_cgroup_driver=%r; expected one of %s" % (cgroup_driver, ", ".join(CGROUP_DRIVERS))
+        )
     if not isinstance(options, dict):
         raise NodeSoftwareError(
             "container_runtime_daemon_options=%r; expected a dict of daemon.json keys" % (options,)
@@ -166,6 +195,15 @@ def daemon_config(options, runtime_path, ulimits, default_runtime=""):
     nvidia["path"] = runtime_path
     runtimes["nvidia"] = nvidia
     config["runtimes"] = runtimes
+    exec_opts = config.get("exec-opts", [])
+    if not isinstance(exec_opts, list) or any(
+        not isinstance(item, str) or _exec_opt_name(item) == _CGROUP_DRIVER_OPT for item in exec_opts
+    ):
+        raise NodeSoftwareError(
+            "container_runtime_daemon_options.exec-opts=%r; expected a list of strings without %s "
+            "(set container_runtime_cgroup_driver)" % (exec_opts, _CGROUP_DRIVER_OPT)
+        )
+    config["exec-opts"] = exec_opts + ["%s=%s" % (_CGROUP_DRIVER_OPT, cgroup_driver)]
     config["live-restore"] = True
     config["default-ulimits"] = {name: _ulimit_entry(name, ulimits[name]) for name in sorted(ulimits)}
     if default_runtime:
@@ -178,13 +216,34 @@ def daemon_config(options, runtime_path, ulimits, default_runtime=""):
     return config
 
 
-def docker_runtimes_problems(runtimes, expected="nvidia"):
-    """Problems with the runtimes `docker info` lists (its .Runtimes as a dict); [] when fine."""
+def docker_info_problems(info, expected="nvidia", cgroup_driver="cgroupfs"):
+    """Problems with what `docker info` printed as one JSON object with its Runtimes and
+    CgroupDriver (the container_runtime role's container_runtime_docker_info_argv), parsed: the
+    O(expected) runtime must be listed and the cgroup driver must be O(cgroup_driver);
+    [] when fine."""
+    if not isinstance(info, dict):
+        return ["docker info printed %r; expected a JSON object with Runtimes and CgroupDriver" % (info,)]
+    problems = []
+    runtimes = info.get("Runtimes")
     if not isinstance(runtimes, dict):
-        return ["docker info listed runtimes %r; expected a JSON object" % (runtimes,)]
-    if expected not in runtimes:
-        return ["docker info lists runtimes %s; expected %s among them" % (", ".join(sorted(runtimes)) or "none", expected)]
-    return []
+        problems.append("docker info listed runtimes %r; expected a JSON object" % (runtimes,))
+    elif expected not in runtimes:
+        problems.append(
+            "docker info lists runtimes %s; expected %s among them" % (", ".join(sorted(runtimes)) or "none", expected)
+        )
+    found = info.get("CgroupDriver")
+    if found != cgroup_driver:
+        problems.append(
+            "docker info reports cgroup driver %s; expected %s (container_runtime_cgroup_driver)%s"
+            % (
+                found or "none",
+                cgroup_driver,
+                ": with systemd, a systemctl daemon-reload takes running GPU containers' devices away"
+                if found == "systemd"
+                else "",
+            )
+        )
+    return problems
 
 
 def gpu_check_problems(container_output, gpu_facts):

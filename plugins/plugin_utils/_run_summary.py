@@ -119,14 +119,19 @@ def part_selection_problems(run_tags, skip_tags, playbook="site.yml"):
     return problems
 
 
+def _hosts_list(hosts, name):
+    if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)) or not all(isinstance(h, str) for h in hosts):
+        raise RunSummaryError("%s must be a list of host names, found %r" % (name, hosts))
+    return list(hosts)
+
+
 def part_limit_problems(run_hosts, cluster_hosts, run_tags, skip_tags, playbook="site.yml"):
     """Messages for a --limit that leaves out nodes of O(cluster_hosts) (the cluster group)
     while O(playbook) runs a part that acts on every node together (C(WHOLE_CLUSTER_PARTS)),
     naming the nodes left out and the fix; [] when O(run_hosts) (C(ansible_play_hosts_all))
     covers the cluster or the tags run only parts that act on each node alone."""
-    for name, hosts in (("run_hosts", run_hosts), ("cluster_hosts", cluster_hosts)):
-        if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)) or not all(isinstance(h, str) for h in hosts):
-            raise RunSummaryError("%s must be a list of host names, found %r" % (name, hosts))
+    run_hosts = _hosts_list(run_hosts, "run_hosts")
+    cluster_hosts = _hosts_list(cluster_hosts, "cluster_hosts")
     left_out = [host for host in cluster_hosts if host not in run_hosts]
     if not left_out:
         return []
@@ -244,9 +249,12 @@ def run_summary(run, hosts):
     (C(ansible_run_tags), C(ansible_skip_tags)), C(marks) ([part, epoch seconds] noted at the start
     of each part's plays), C(finished) (epoch seconds), C(check_mode), C(inventory_sources) and
     C(balancer) (the balancer role's C(balancer_endpoint): C(host), C(url), C(serving); none when
-    unknown). O(hosts) maps each engine host to its variables; only C(engine_service_rank),
-    C(engine_service_is_head), C(engine_service_api), C(engine_service_version),
-    C(engine_service_deployed_version) and C(engine_service_start_reasons) are read.
+    unknown), and C(run_hosts) (C(ansible_play_hosts_all); none: every host). O(hosts) maps each
+    engine host to its variables; only C(engine_service_rank), C(engine_service_is_head),
+    C(engine_service_api), C(engine_service_version), C(engine_service_deployed_version) and
+    C(engine_service_start_reasons) are read. A run whose C(run_hosts) leave out some of O(hosts)
+    (a --limit) ran only the parts that act on each node alone: its summary says so and lists the
+    parts' times, with no engine to show.
     """
     if not isinstance(run, dict):
         raise RunSummaryError("the run must be a mapping, found %r" % (run,))
@@ -254,6 +262,17 @@ def run_summary(run, hosts):
     parts = playbook_parts(playbook)
     run_tags, skip_tags = run.get("run_tags"), run.get("skip_tags")
     check_mode = bool(run.get("check_mode"))
+    title = "%s summary%s" % (playbook, " (check mode: nothing was changed)" if check_mode else "")
+    run_hosts = run.get("run_hosts")
+    if run_hosts is not None:
+        run_hosts = _hosts_list(run_hosts, "run_hosts")
+        left_out = [host for host in (hosts or {}) if host not in run_hosts]
+        if left_out:
+            whole = [part for part in parts if part in WHOLE_CLUSTER_PARTS]
+            return [title, "Ran on %s only (--limit, leaving out %s): the parts that act on every node together (%s)"
+                    " were left out; run %s without --limit to bring the engine to serving on every node." % (
+                        ", ".join(run_hosts), ", ".join(left_out), ", ".join(whole), playbook)
+                    ] + _parts_lines(run, parts, run_tags, skip_tags)
     engine_hosts = _engine_hosts(hosts)
     heads = [(host, facts.get("engine_service_api") or {}) for host, facts in engine_hosts
              if _true(facts.get("engine_service_is_head"))]
@@ -263,8 +282,7 @@ def run_summary(run, hosts):
     head_api = heads[0][1]
     balancer = run.get("balancer") or {}
 
-    lines = ["%s summary%s" % (playbook,
-                               " (check mode: nothing was changed)" if check_mode else "")]
+    lines = [title]
     if balancer.get("url") and (_true(balancer.get("serving")) or check_mode):
         behind = ", ".join(host for host, _api in heads)
         state = "" if _true(balancer.get("serving")) else ", once a run without --check installs it"
@@ -287,10 +305,15 @@ def run_summary(run, hosts):
         lines.append("(the key comes from %s in the inventory's vault: run it where ansible-playbook ran, with the"
                      " same vault identity)" % API_KEY_VARIABLE)
 
+    return lines + _parts_lines(run, parts, run_tags, skip_tags)
+
+
+def _parts_lines(run, parts, run_tags, skip_tags):
+    """Each part's wall time (or why it did not run) and the total."""
     finished = run.get("finished")
     times = _part_times(run.get("marks") or [], finished)
     selection = _selection_text(run_tags, skip_tags)
-    lines.append("Parts (wall time):")
+    lines = ["Parts (wall time):"]
     width = max(len(part) for part in parts) if parts else 0
     for part in parts:
         if part_runs(part, run_tags, skip_tags):

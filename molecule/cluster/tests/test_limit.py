@@ -50,7 +50,10 @@ def test_a_limit_that_splits_the_cluster_is_refused_and_node_parts_run_on_the_li
     assert node_run.returncode == 0, out[-3000:]
     recap = [line for line in node_run.stdout.splitlines() if re.match(r"^spark\d\s+:", line)]
     assert len(recap) == 1 and recap[0].startswith("spark2") and "changed=0" in recap[0], recap
-    assert "on spark2 only (--limit spark2)" in out and "were left out" in out, out[-2000:]
+    assert "Ran on spark2 only (--limit, leaving out spark1, spark3, spark4)" in out and "were left out" in out, (
+        out[-2000:]
+    )
+    assert re.search(r"driver\s+\d+\.\d s", out) and re.search(r"engine\s+not run \(", out), out[-2000:]
     # The engine plays ended at once: no image, weights or engine check judged the
     # cluster from one node, and no rank restarted.
     assert "Engine image | Require the image on every node" not in out

@@ -86,6 +86,12 @@ def test_docker_lists_the_nvidia_runtime_and_live_restore(host):
     info = json.loads(host.check_output("docker info --format '{{json .}}'"))
     assert "nvidia" in info["Runtimes"]
     assert info["LiveRestoreEnabled"] is True
+    # Docker's own default under systemd on cgroup v2 is the systemd driver, whose
+    # daemon-reloads take running GPU containers' devices away.
+    assert info["CgroupDriver"] == settings()["container_runtime_cgroup_driver"] == "cgroupfs"
+    assert json.loads(host.file("/etc/docker/daemon.json").content_string)["exec-opts"][-1] == (
+        "native.cgroupdriver=cgroupfs"
+    )
 
 
 def gpu_check_image(host):

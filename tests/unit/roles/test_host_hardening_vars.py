@@ -57,7 +57,7 @@ SCRIPT = textwrap.dedent(
             "sshd": {"rc": 0, "stdout": "-1000\\n", "stderr": ""},
         }
         if apply:
-            commands["sysctl"] = {"rc": 0, "stdout": "1048576\\n200\\n", "stderr": ""}
+            commands["sysctl"] = {"rc": 0, "stdout": "1048576\\n10\\n200\\n", "stderr": ""}
         return {"packages": {"earlyoom": "1.7-1"}, "paths": paths,
                 "units": {"earlyoom": {"enabled": True, "active": True}}, "commands": commands, "disks": []}, files
 
@@ -104,7 +104,8 @@ def results():
 
 
 def test_the_read_asks_the_kernel_only_where_the_values_are_applied(results):
-    assert results["read"]["commands"]["sysctl"] == ["sysctl", "-n", "vm.min_free_kbytes", "vm.watermark_scale_factor"]
+    assert results["read"]["commands"]["sysctl"] == ["sysctl", "-n", "vm.min_free_kbytes", "vm.swappiness",
+                                                        "vm.watermark_scale_factor"]
     assert "sysctl" not in results["read_unapplied"]["commands"]
     assert results["read"]["units"] == ["earlyoom"] and results["read"]["packages"] == ["earlyoom"]
 
@@ -114,6 +115,7 @@ def test_the_files_hold_what_the_issue_asks_for(results):
     assert "OOMScoreAdjust=-1000\n" in files["/etc/systemd/system/ssh.service.d/dgxspark-oom.conf"]
     sysctl = files["/etc/sysctl.d/60-dgxspark-memory.conf"]
     assert "vm.min_free_kbytes=1048576\n" in sysctl and "vm.watermark_scale_factor=200\n" in sysctl
+    assert "vm.swappiness=10\n" in sysctl
     assert "SystemMaxUse=2G\n" in files["/etc/systemd/journald.conf.d/60-dgxspark.conf"]
     earlyoom = files["/etc/default/earlyoom"]
     assert 'EARLYOOM_ARGS="-m 2 -s 80 -r 3600 --prefer ^(python3|python|vllm|VLLM::.*|ray::.*|raylet)$ ' in earlyoom

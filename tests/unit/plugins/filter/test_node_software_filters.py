@@ -22,7 +22,7 @@ def test_every_filter_has_a_doc_sidecar():
 def test_filters_answer():
     assert FILTERS["nvidia_driver_verdict"]({}, "580.95.05")["state"] == "missing"
     assert FILTERS["container_runtime_daemon_config"]({}, "nvidia-container-runtime", LIMITS)["live-restore"] is True
-    assert FILTERS["container_runtime_runtimes_problems"]({"nvidia": {}}) == []
+    assert FILTERS["container_runtime_docker_info_problems"]({"Runtimes": {"nvidia": {}}, "CgroupDriver": "cgroupfs"}) == []
     assert FILTERS["container_runtime_gpu_check_problems"]("", {})
     assert FILTERS["node_file_set_pending"]({}, {"paths": {}}) == {}
     assert FILTERS["apt_source_file"]("https://repo.example", "/", [], "/k.asc").endswith("Signed-By: /k.asc\n")

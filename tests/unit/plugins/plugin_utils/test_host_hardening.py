@@ -8,6 +8,7 @@ import re
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._host_hardening import (
+    SYSCTL_RANGES,
     HostHardeningError,
     earlyoom_args,
     earlyoom_default_file,
@@ -128,6 +129,34 @@ def test_running_args_are_compared_after_the_program_name():
     assert running_args_differ(["/usr/bin/earlyoom", "-r", "3600"], args)
     assert running_args_differ("", args)
     assert running_args_differ([""], args)
+
+
+def test_the_memory_sysctls_of_the_defaults_and_the_sample_lie_in_their_ranges():
+    import yaml
+
+    from unit_support import REPO_ROOT
+
+    defaults = yaml.safe_load((REPO_ROOT / "roles/host_hardening/defaults/main.yml").read_text())
+    sample = yaml.safe_load((REPO_ROOT / "inventory/sample/group_vars/dgxspark_cluster/host_hardening.yml").read_text())
+    # Every ranged sysctl is one the role sets, and the sample (what users copy) sets the same.
+    assert set(defaults["host_hardening_sysctl"]) == set(SYSCTL_RANGES)
+    assert sample["host_hardening_sysctl"] == defaults["host_hardening_sysctl"]
+    for name, value in defaults["host_hardening_sysctl"].items():
+        least, most = SYSCTL_RANGES[name]
+        assert least <= value <= most, name
+    # The values the docs give reasons for.
+    assert defaults["host_hardening_sysctl"] == {
+        "vm.min_free_kbytes": 1048576, "vm.swappiness": 10, "vm.watermark_scale_factor": 200}
+
+
+@pytest.mark.parametrize("name, value", [
+    ("vm.swappiness", 100), ("vm.swappiness", "ten"), ("vm.min_free_kbytes", 16384),
+    ("vm.min_free_kbytes", 16777216), ("vm.watermark_scale_factor", 5), ("vm.watermark_scale_factor", 3001),
+])
+def test_a_memory_sysctl_out_of_its_range_is_refused(name, value):
+    problems = settings_problems(dict(SETTINGS, host_hardening_sysctl={name: value}))
+    assert len(problems) == 1 and problems[0].startswith("host_hardening_sysctl %s=%r; expected a whole number from"
+                                                         % (name, value)), problems
 
 
 def test_the_defaults_pass_and_each_bad_setting_is_named():

@@ -11,7 +11,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_software im
     apt_source_file,
     daemon_config,
     daemon_options_problems,
-    docker_runtimes_problems,
+    docker_info_problems,
     driver_verdict,
     gpu_check_problems,
     parse_driver_version,
@@ -91,6 +91,7 @@ def test_daemon_config_adds_the_required_keys_to_the_options():
         "storage-driver": "overlay2",
         "insecure-registries": ["192.168.99.5:5000"],
         "runtimes": {"nvidia": {"path": "nvidia-container-runtime"}},
+        "exec-opts": ["native.cgroupdriver=cgroupfs"],
         "live-restore": True,
         "default-ulimits": {
             "memlock": {"Name": "memlock", "Soft": -1, "Hard": -1},
@@ -161,13 +162,51 @@ def test_bad_options_are_refused(options, path, match):
         daemon_config(options, path, LIMITS)
 
 
-def test_runtimes_problems():
-    assert docker_runtimes_problems({"runc": {"path": "runc"}, "nvidia": {"path": "nvidia-container-runtime"}}) == []
-    assert docker_runtimes_problems({"runc": {}, "io.containerd.runc.v2": {}}) == [
+def info(runtimes, driver="cgroupfs"):
+    return {"Runtimes": runtimes, "CgroupDriver": driver}
+
+
+def test_docker_info_problems_runtimes():
+    assert docker_info_problems(info({"runc": {"path": "runc"}, "nvidia": {"path": "nvidia-container-runtime"}})) == []
+    assert docker_info_problems(info({"runc": {}, "io.containerd.runc.v2": {}})) == [
         "docker info lists runtimes io.containerd.runc.v2, runc; expected nvidia among them"
     ]
-    assert docker_runtimes_problems({}) == ["docker info lists runtimes none; expected nvidia among them"]
-    assert docker_runtimes_problems(None)[0].startswith("docker info listed runtimes None")
+    assert docker_info_problems(info({})) == ["docker info lists runtimes none; expected nvidia among them"]
+    assert docker_info_problems(info(None))[0].startswith("docker info listed runtimes None")
+    assert docker_info_problems(None)[0].startswith("docker info printed None")
+
+
+def test_docker_info_problems_cgroup_driver():
+    # Debian's and Ubuntu's Docker on cgroup v2 under systemd default to the systemd driver.
+    problems = docker_info_problems(info({"nvidia": {}}, "systemd"))
+    assert problems == [
+        "docker info reports cgroup driver systemd; expected cgroupfs (container_runtime_cgroup_driver): with "
+        "systemd, a systemctl daemon-reload takes running GPU containers' devices away"
+    ]
+    assert docker_info_problems(info({"nvidia": {}}, "systemd"), "nvidia", "systemd") == []
+    assert docker_info_problems({"Runtimes": {"nvidia": {}}}) == [
+        "docker info reports cgroup driver none; expected cgroupfs (container_runtime_cgroup_driver)"
+    ]
+
+
+def test_daemon_config_sets_the_cgroup_driver_after_the_options_exec_opts():
+    config = daemon_config({"exec-opts": ["native.umask=normal"]}, "nvidia-container-runtime", LIMITS)
+    assert config["exec-opts"] == ["native.umask=normal", "native.cgroupdriver=cgroupfs"]
+    systemd = daemon_config({}, "nvidia-container-runtime", LIMITS, "", "systemd")
+    assert systemd["exec-opts"] == ["native.cgroupdriver=systemd"]
+    with pytest.raises(NodeSoftwareError, match="container_runtime_cgroup_driver='cgroupv2'"):
+        daemon_config({}, "nvidia-container-runtime", LIMITS, "", "cgroupv2")
+    with pytest.raises(NodeSoftwareError, match="without native.cgroupdriver"):
+        daemon_config({"exec-opts": ["Native.CgroupDriver=systemd"]}, "nvidia-container-runtime", LIMITS)
+
+
+def test_daemon_options_problems_refuses_a_cgroup_driver_in_exec_opts():
+    problems = daemon_options_problems({"exec-opts": ["native.cgroupdriver=systemd"]}, "spark4")
+    assert len(problems) == 1
+    assert problems[0].startswith("spark4: container_runtime_daemon_options.exec-opts holds native.cgroupdriver=systemd")
+    assert "container_runtime_cgroup_driver" in problems[0]
+    assert daemon_options_problems({"exec-opts": ["native.umask=normal"]}, "spark4") == []
+    assert "expected a list of strings" in daemon_options_problems({"exec-opts": "x"}, "spark4")[0]
 
 
 def test_gpu_check_agrees_with_the_host():

@@ -186,6 +186,27 @@ def test_the_limit_filter_wraps_the_function_and_raises_filter_errors():
         FilterModule().filters()["run_limit_problems"](["spark1"], "spark1", [], [])
 
 
+def test_a_run_limited_to_some_nodes_says_what_it_left_out():
+    node_parts = ["driver", "runtime", "hardening", "fabric", "monitoring"]
+    marks = [[part, 1000.0 + index] for index, part in enumerate(["preflight"] + node_parts)]
+    limited = run(run_hosts=["spark2"], run_tags=node_parts, marks=marks, finished=1006.0)
+    # The limited hosts have no engine facts: the summary must not need them.
+    lines = run_summary(limited, {host: {} for host in CLUSTER})
+    assert lines[:2] == [
+        "site.yml summary",
+        "Ran on spark2 only (--limit, leaving out spark1, spark3, spark4): the parts that act on every node"
+        " together (fabric_report, image, weights, engine, balancer) were left out; run site.yml without --limit"
+        " to bring the engine to serving on every node.",
+    ]
+    assert part_line(lines, "driver") == "1.0 s"
+    assert part_line(lines, "engine").startswith("not run (")
+    assert line(lines, "Total: ") == "Total: 6.0 s"
+    # Every node in the run: the ordinary summary.
+    assert line(run_summary(run(run_hosts=CLUSTER), engine_hosts()), "Model: ") == "Model: deepseek-v4-flash"
+    with pytest.raises(RunSummaryError, match="run_hosts must be a list of host names"):
+        run_summary(run(run_hosts="spark2"), engine_hosts())
+
+
 def test_the_tp4_lane_behind_the_balancer():
     lines = run_summary(run(), engine_hosts())
     assert lines[0] == "site.yml summary"
