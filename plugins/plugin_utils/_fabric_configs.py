@@ -102,13 +102,12 @@ print(json.dumps({"netplan": {path: netplan_text(path) for path in sorted(netpla
 """.strip()
 
 NETPLAN_SECTIONS = ("ethernets",)
+MEMBER_SECTIONS = ("bonds", "bridges")
 
 
 def read_argv(ours):
     """The node_read command (argv) that prints what :data:`READ_SCRIPT` reads; O(ours) is left out."""
     return ["python3", "-c", READ_SCRIPT, str(ours or "")]
-
-MEMBER_SECTIONS = ("bonds", "bridges")
 
 
 def _kind(value):

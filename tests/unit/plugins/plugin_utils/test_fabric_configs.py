@@ -76,9 +76,10 @@ method=disabled
 """
 
 
-def verdict(netplan=None, keyfiles=None, nm_devices=None, links=LINKS, mtu=9000, context=CONTEXT):
+def verdict(netplan=None, keyfiles=None, nm_devices=None, links=None, mtu=9000, context=None):
     found = {"netplan": netplan or {}, "keyfiles": keyfiles or {}, "nm_devices": nm_devices}
-    return fabric_config_verdict("spark3", links, mtu, found, context)
+    return fabric_config_verdict("spark3", LINKS if links is None else links, mtu, found,
+                                 CONTEXT if context is None else context)
 
 
 def test_nothing_present_is_no_problem():
