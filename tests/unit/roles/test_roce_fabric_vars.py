@@ -9,6 +9,8 @@ role's dgxspark.cluster.* filters resolve as they do in a play."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from unit_support import template_role_vars
@@ -78,6 +80,11 @@ def test_mistyped_links_get_as_far_as_the_plan_check(results, index, expected):
     assert any(problem.startswith(expected) for problem in out["problems"]), out["problems"]
 
 
+# What the configs command prints (fabric_config_read_argv): NVIDIA's cluster
+# setup file for the port, the default link's values.
+CX7_NETPLAN = ("network:\n  version: 2\n  ethernets:\n    enP2p1s0f1np1:\n      dhcp4: no\n      mtu: 9000\n"
+               "      addresses: [192.168.100.11/24]\n")
+CONFIGS = json.dumps({"netplan": {"/etc/netplan/40-cx7.yaml": CX7_NETPLAN}, "keyfiles": {}, "nm_devices": None})
 READ = {
     "stdout": "\n".join([  # noqa: FLY002  # one item per line of the read
         "@@dgxspark-state path 0", "stat 755 0 0 root root regular file", "sha256 x",
@@ -86,6 +93,7 @@ READ = {
         "@@dgxspark-state command netdevs", "enP2p1s0f1np1", "eth0", "lo", "", "@@dgxspark-state rc 0",
         "@@dgxspark-state command hcas", "roceP2p1s0f0 enP2p1s0f0np0", "roceP2p1s0f1 enP2p1s0f1np1", "",
         "@@dgxspark-state rc 0",
+        "@@dgxspark-state command configs", CONFIGS, "", "@@dgxspark-state rc 0",
         "@@dgxspark-state end", "",
     ]),
     "stderr": "",
@@ -95,11 +103,12 @@ FACTS = {"interfaces": ["eth0", "lo", "enP2p1s0f1np1"], "default_ipv4": {},
          "enP2p1s0f1np1": {"device": "enP2p1s0f1np1"}}
 # validate.yml's expression, as the task has it.
 NODE_PROBLEMS = ("{{ roce_fabric_links | dgxspark.cluster.fabric_node_problems(inventory_hostname, "
-                 "roce_fabric_node_found, ansible_facts, roce_fabric_management) }}")
+                 "roce_fabric_node_found, ansible_facts, roce_fabric_management) + "
+                 "roce_fabric_config_verdict['problems'] }}")
 # What dgxspark.cluster.node_read registers for READ (validate.yml's task), for the spec of the default link.
 SPEC = {"paths": ["/usr/sbin/netplan", "/etc/netplan/60-dgxspark-fabric.yaml",
                   "/etc/systemd/network/60-dgxspark-enP2p1s0f1np1.network"],
-        "units": ["systemd-networkd.service"], "commands": {"netdevs": ["ls"], "hcas": ["sh"]}}
+        "units": ["systemd-networkd.service"], "commands": {"netdevs": ["ls"], "hcas": ["sh"], "configs": ["python3"]}}
 NODE = dict(HOST, roce_fabric_node_state=parse_read(READ, SPEC), ansible_facts=FACTS, ansible_host="192.168.99.11")
 SOUND_NODE = case(NODE, problems=NODE_PROBLEMS)
 MANAGEMENT_NETDEV = case(dict(NODE, roce_fabric_netdev="eth0"), problems=NODE_PROBLEMS)
@@ -110,6 +119,35 @@ NO_NETPLAN = dict(NODE, roce_fabric_node_state=parse_read(dict(READ, stdout=READ
     "stat 755 0 0 root root regular file\nsha256 x\n", "")), SPEC))
 NETPLAN_MISSING = case(dict(NO_NETPLAN, roce_fabric_backend="netplan"), problems=NODE_PROBLEMS)
 AUTO_WITHOUT_NETPLAN = case(NO_NETPLAN, problems=NODE_PROBLEMS)
+ADOPTED = case(NODE, verdict="{{ roce_fabric_config_verdict }}", spec=READ_SPEC)
+OTHER_ADDRESS = case(dict(NODE, roce_fabric_address="192.168.100.21"), problems=NODE_PROBLEMS)
+KEYFILE = json.dumps({"netplan": {}, "nm_devices": None, "keyfiles": {
+    "/etc/NetworkManager/system-connections/cx7.nmconnection": "[connection]\nid=cx7\ninterface-name=enP2p1s0f1np1\n"}})
+NM_KEYFILE = case(dict(NO_NETPLAN, roce_fabric_node_state=parse_read(dict(READ, stdout=READ["stdout"].replace(
+    "stat 755 0 0 root root regular file\nsha256 x\n", "").replace(CONFIGS, KEYFILE)), SPEC)), problems=NODE_PROBLEMS)
+
+
+def test_the_existing_configurations_are_read_and_judged_with_the_node(results):
+    configs = results[ADOPTED]["spec"]["commands"]["configs"]
+    assert configs[:2] == ["python3", "-c"] and configs[-1] == "/etc/netplan/60-dgxspark-fabric.yaml"
+    assert results[ADOPTED]["verdict"] == {"problems": [], "adopted": [
+        "spark1: /etc/netplan/40-cx7.yaml configures enP2p1s0f1np1 (roce_fabric_links[0]) as "
+        "network.ethernets.enP2p1s0f1np1 with the same values (addresses 192.168.100.11/24, mtu 9000): adopted, "
+        "left as it is; the role's configuration carries the same values."]}
+    assert results[OTHER_ADDRESS]["problems"] == [
+        "spark1: /etc/netplan/40-cx7.yaml configures enP2p1s0f1np1 (roce_fabric_links[0]) as "
+        "network.ethernets.enP2p1s0f1np1 with addresses 192.168.100.11/24, expected 192.168.100.21/24 "
+        "(roce_fabric_links / roce_fabric_mtu). Remove that stanza (or the file) so that the role's "
+        "/etc/netplan/60-dgxspark-fabric.yaml configures the port, or set roce_fabric_links and roce_fabric_mtu to "
+        "what it says."
+    ]
+    # Without netplan the netplan file counts for nothing; the keyfile is refused with the networkd backend named.
+    assert results[NM_KEYFILE]["problems"] == [
+        "spark1: /etc/NetworkManager/system-connections/cx7.nmconnection is a NetworkManager connection (id cx7) for "
+        "enP2p1s0f1np1 (roce_fabric_links[0]), while this role configures it through systemd-networkd "
+        "(/etc/systemd/network): two managers would own one port. Delete it (nmcli connection delete 'cx7', or "
+        "remove the file), or set roce_fabric_links to another port."
+    ]
 
 
 def test_validate_yml_node_problems_template_from_a_read(results):
@@ -128,7 +166,10 @@ def test_validate_yml_node_problems_template_from_a_read(results):
         "device of enP2p1s0f0np0 (sysfs /sys/class/infiniband/roceP2p1s0f0/device/net/). Set the hca of that link "
         "to the device of enP2p1s0f1np1: roceP2p1s0f1."
     ]
-    assert results[MANAGEMENT_SUBNET]["problems"] == [
+    # The node's netplan file (CONFIGS) has the old address: named after the node's own problems.
+    assert len(results[MANAGEMENT_SUBNET]["problems"]) == 2
+    assert "/etc/netplan/40-cx7.yaml" in results[MANAGEMENT_SUBNET]["problems"][1]
+    assert results[MANAGEMENT_SUBNET]["problems"][:1] == [
         "spark1: roce_fabric_links[0] address 192.168.99.50 is inside the management subnet 192.168.99.0/24 (eth0: "
         "ansible_host 192.168.99.11); two interfaces on one subnet would let management traffic leave over the "
         "fabric. Set roce_fabric_address (or the address of that link) in a subnet of the fabric's own, outside "

@@ -36,7 +36,8 @@ MAPPING_MESSAGE = "spark1: roce_fabric_links is a mapping (keys: address, hca, n
 
 
 def test_the_filters_are_registered_and_documented():
-    assert sorted(FILTERS) == ["fabric_counters_by_hca", "fabric_node_problems", "fabric_plan_problems"]
+    assert sorted(FILTERS) == ["fabric_config_problems", "fabric_config_read_argv", "fabric_counters_by_hca",
+                               "fabric_node_problems", "fabric_plan_problems"]
     for name in FILTERS:
         doc = yaml.safe_load((FILTER_DIR / (name + ".yml")).read_text())
         assert doc["DOCUMENTATION"]["name"] == name
@@ -52,6 +53,18 @@ def test_the_filters_are_the_module_utils_functions():
     assert any("netdev eth0 carries 192.168.99.11" in p
                for p in FILTERS["fabric_node_problems"](links, "spark1", FOUND, FACTS, MANAGEMENT))
     assert FILTERS["fabric_node_problems"]([LINK], "spark1", FOUND) == []
+
+
+def test_the_config_filter_returns_problems_and_adopted_as_a_mapping():
+    netplan = {"/etc/netplan/40-cx7.yaml": "network: {version: 2, ethernets: {enP2p1s0f1np1: {mtu: 1500}}}"}
+    verdict = FILTERS["fabric_config_problems"]([LINK], "spark1", 9000, {"netplan": netplan, "keyfiles": {}})
+    assert verdict["adopted"] == []
+    assert [p[:60] for p in verdict["problems"]] == [
+        "spark1: /etc/netplan/40-cx7.yaml configures enP2p1s0f1np1 (r"]
+    argv = FILTERS["fabric_config_read_argv"]("/etc/netplan/60-dgxspark-fabric.yaml")
+    assert argv[:2] == ["python3", "-c"] and argv[-1] == "/etc/netplan/60-dgxspark-fabric.yaml"
+    positional = yaml.safe_load((FILTER_DIR / "fabric_config_problems.yml").read_text())["DOCUMENTATION"]["positional"]
+    assert [word.strip() for word in positional.split(",")] == ["host", "mtu", "found", "context"]
 
 
 @pytest.mark.parametrize(
