@@ -104,8 +104,8 @@ def results():
 
 
 def test_the_read_asks_the_kernel_only_where_the_values_are_applied(results):
-    assert results["read"]["commands"]["sysctl"] == ["sysctl", "-n", "vm.min_free_kbytes", "vm.swappiness",
-                                                        "vm.watermark_scale_factor"]
+    wanted = ["sysctl", "-n", "vm.min_free_kbytes", "vm.swappiness", "vm.watermark_scale_factor"]
+    assert results["read"]["commands"]["sysctl"] == wanted
     assert "sysctl" not in results["read_unapplied"]["commands"]
     assert results["read"]["units"] == ["earlyoom"] and results["read"]["packages"] == ["earlyoom"]
 
