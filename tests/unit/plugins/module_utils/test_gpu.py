@@ -26,6 +26,10 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._gpu import (
 
 FIXTURES = UNIT_FIXTURES / "gpu"
 
+# The fields of the first H200 capture (h200-query*.csv, 2026-12-02): QUERY_FIELDS before the
+# clock fields came.
+V1_FIELDS = QUERY_FIELDS[: QUERY_FIELDS.index("mig.mode.current") + 1]
+
 # What the H200 capture (tests/unit/fixtures/gpu/h200-*) says, read off the files by eye.
 H200 = {
     "index": 0,
@@ -49,7 +53,7 @@ H200 = {
 # power cap, no MIG). Built from those reports, not captured here.
 GB10_LINE = (
     "0, GPU-3a1f07c2-5b8e-4d19-a6e0-7c2b9d41f5e8, NVIDIA GB10, 0000000F:01:00.0, 580.95.05, "
-    "12.1, [N/A], 3.52, [N/A], 36, Enabled, Default, [N/A]"
+    "12.1, [N/A], 3.52, [N/A], 36, Enabled, Default, [N/A], 208, 3003, 0x0000000000000001"
 )
 
 
@@ -81,7 +85,10 @@ def test_build_query_argv_refuses_fields_without_a_parser(fields):
 
 def test_every_query_field_exists_in_a_real_driver():
     """Each field we ask for is listed by --help-query-gpu of the captured 580 driver."""
-    listed = set(re.findall(r'^"([^"]+)"', fixture("h200-help-query-gpu.txt"), re.MULTILINE))
+    listed = set()
+    for line in fixture("h200-help-query-gpu.txt").splitlines():
+        if line.startswith('"'):
+            listed.update(re.findall(r'"([^"]+)"', line))
     assert listed, "the help fixture lists no field at all"
     assert [f for f in QUERY_FIELDS if f not in listed] == []
 
@@ -102,18 +109,18 @@ def test_every_query_field_has_a_parser():
     "name", ["h200-query.csv", "h200-query-header.csv", "h200-query-header-nounits.csv"]
 )
 def test_parse_real_h200_capture(name):
-    gpus = parse_query_gpu(fixture(name), QUERY_FIELDS)
+    gpus = parse_query_gpu(fixture(name), V1_FIELDS)
     assert gpus == [H200]
-    assert list(gpus[0]) == result_keys(QUERY_FIELDS)
+    assert list(gpus[0]) == result_keys(V1_FIELDS)
 
 
 def test_real_h200_header_is_the_one_we_expect():
-    assert fixture("h200-query-header.csv").splitlines()[0].split(", ") == header_names(QUERY_FIELDS)
+    assert fixture("h200-query-header.csv").splitlines()[0].split(", ") == header_names(V1_FIELDS)
 
 
 def test_real_h200_list_gpus_agrees_with_the_query():
     listed = parse_list_gpus(fixture("h200-list-gpus.txt"))
-    queried = parse_query_gpu(fixture("h200-query.csv"))
+    queried = parse_query_gpu(fixture("h200-query.csv"), V1_FIELDS)
     assert [(g["index"], g["name"], g["uuid"]) for g in listed] == [
         (g["index"], g["name"], g["uuid"]) for g in queried
     ]
@@ -121,7 +128,7 @@ def test_real_h200_list_gpus_agrees_with_the_query():
 
 def test_real_h200_version_agrees_with_the_query():
     match = re.search(r"^DRIVER version\s*:\s*(\S+)$", fixture("h200-version.txt"), re.MULTILINE)
-    queried = parse_query_gpu(fixture("h200-query.csv"))
+    queried = parse_query_gpu(fixture("h200-query.csv"), V1_FIELDS)
     assert match and common_driver_version(queried) == match.group(1)
 
 
