@@ -19,7 +19,8 @@ from ansible_collections.dgxspark.cluster.plugins.modules import gpu_facts
 
 FIXTURES = UNIT_FIXTURES / "gpu"
 STANDIN = STANDINS / "nvidia-smi"
-H200_QUERY = (FIXTURES / "h200-clocks-query.csv").read_text(encoding="utf-8")
+# The first H200 capture (13 fields) with the three clock columns added by hand (idle H200 values).
+H200_QUERY = (FIXTURES / "h200-query.csv").read_text(encoding="utf-8").rstrip("\n") + ", 1980, 1980, 0x0000000000000001\n"
 GB10_LINE = (
     "0, GPU-3a1f07c2-5b8e-4d19-a6e0-7c2b9d41f5e8, NVIDIA GB10, 0000000F:01:00.0, 580.95.05, "
     "12.1, [N/A], 3.52, [N/A], 36, Enabled, Default, [N/A], 208, 3003, 0x0000000000000001\n"
