@@ -16,12 +16,15 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._gpu import (
     GpuQueryError,
     build_query_argv,
     common_driver_version,
+    decode_clock_event_reasons,
     header_names,
     parse_driver_version,
     parse_list_gpus,
     parse_query_gpu,
+    refused_optional_field,
     result_keys,
     version_at_least,
+    with_all_keys,
 )
 
 FIXTURES = UNIT_FIXTURES / "gpu"
@@ -318,3 +321,47 @@ def test_common_driver_version_names_both_versions_when_they_disagree():
 def test_common_driver_version_refuses_a_gpu_without_one():
     with pytest.raises(GpuQueryError, match="GPU 0"):
         common_driver_version([{"index": 0, "driver_version": None}])
+
+
+# --- clocks and clock-event reasons --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mask, names",
+    [
+        (0, []),
+        (0x1, ["gpu_idle"]),
+        (0x4, ["sw_power_cap"]),
+        (0x1FF, ["gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+                 "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting"]),
+        (0x400 | 0x8, ["hw_slowdown", "unknown_0x400"]),
+        (None, None),
+    ],
+)
+def test_decode_clock_event_reasons(mask, names):
+    assert decode_clock_event_reasons(mask) == names
+
+
+def test_clock_fields_parse_hex_mask_units_and_alias_headers():
+    fields = ("clocks.sm", "clocks.max.sm", "clocks_event_reasons.active", "power.limit")
+    text = (
+        "clocks.current.sm [MHz], clocks.max.sm [MHz], clocks_throttle_reasons.active, power.limit [W]\n"
+        "1980 MHz, 1980 MHz, 0x0000000000000024, [N/A]\n"
+    )
+    assert parse_query_gpu(text, fields) == [{
+        "clocks_sm_mhz": 1980, "clocks_max_sm_mhz": 1980, "clock_event_reasons_active": 0x24,
+        "clock_event_reasons": ["sw_power_cap", "sw_thermal_slowdown"], "power_limit_w": None,
+    }]
+    (gpu,) = parse_query_gpu("[N/A], [N/A], [Not Supported], 700.00\n", fields)
+    assert (gpu["clock_event_reasons_active"], gpu["clock_event_reasons"]) == (None, None)
+    with pytest.raises(GpuQueryError, match="field clocks_event_reasons.active: expected a hex bitmask"):
+        parse_query_gpu("1, 2, Active, 3\n", fields)
+
+
+def test_refused_optional_field_and_all_keys():
+    out = 'Field "clocks_event_reasons.active" is not a valid field to query.\n\n'
+    assert refused_optional_field(out, QUERY_FIELDS) == "clocks_event_reasons.active"
+    assert refused_optional_field(out.replace("clocks_event_reasons.active", "uuid"), QUERY_FIELDS) is None
+    assert refused_optional_field("", QUERY_FIELDS) is None
+    (gpu,) = with_all_keys([{"index": 0}])
+    assert list(gpu) == result_keys(QUERY_FIELDS) and gpu["clock_event_reasons"] is None and gpu["index"] == 0

@@ -223,3 +223,24 @@ def test_gpu_without_a_driver_version_fails(monkeypatch):
     result = run_module({"required": False}, FailJson)
     assert "no driver version" in result["msg"]
     assert result["gpus"][0]["driver_version"] is None
+
+
+def test_a_driver_without_a_clock_field_is_asked_again_without_it(monkeypatch):
+    """An older driver refuses clocks_event_reasons.active (exit 2, the real tool's words):
+    asked again without it, with a warning; its keys read None."""
+    fields = [f for f in QUERY_FIELDS if f != "clocks_event_reasons.active"]
+    answers = [(2, 'Field "clocks_event_reasons.active" is not a valid field to query.\n\n', ""),
+               (0, H200_QUERY.rsplit(",", 1)[0] + "\n", "")]
+    host = Host(monkeypatch)
+    host.run_command = None
+    commands = []
+
+    def run_command(module, cmd, environ_update=None):
+        commands.append(cmd)
+        return answers[len(commands) - 1]
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    (gpu,) = run_module({})["ansible_facts"]["dgxspark_gpus"]
+    assert commands == [build_query_argv(FOUND, QUERY_FIELDS), build_query_argv(FOUND, fields)]
+    assert (gpu["clocks_max_sm_mhz"], gpu["clock_event_reasons_active"], gpu["clock_event_reasons"]) == (1980, None, None)
+    assert len(host.warnings) == 1 and "does not know the field clocks_event_reasons.active" in host.warnings[0]
