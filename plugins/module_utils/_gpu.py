@@ -49,6 +49,10 @@ CLOCK_EVENT_REASONS = (
     (0x100, "display_clock_setting"),
 )
 
+# The name nvidia-smi's CSV header gives a field asked for by another name (real 580 driver,
+# tests/unit/fixtures/gpu/h100-query-header.csv).
+HEADER_NAMES = {"clocks.sm": "clocks.current.sm"}
+
 # Other names nvidia-smi knows a field by; its CSV header may print either.
 FIELD_ALIASES = {
     "clocks.sm": ("clocks.current.sm",),
@@ -196,12 +200,14 @@ def build_query_argv(nvidia_smi="nvidia-smi", fields=QUERY_FIELDS):
 
 
 def header_names(fields=QUERY_FIELDS):
-    """The header nvidia-smi prints for FIELDS with --format=csv (units in brackets)."""
+    """The header nvidia-smi prints for FIELDS with --format=csv (units in brackets): a field
+    asked for by a short name is headed by its long one (clocks.sm: clocks.current.sm)."""
     _check_fields(fields)
     names = []
     for field in fields:
         unit = FIELD_SPECS[field][2]
-        names.append("%s [%s]" % (field, unit) if unit else field)
+        name = HEADER_NAMES.get(field, field)
+        names.append("%s [%s]" % (name, unit) if unit else name)
     return names
 
 

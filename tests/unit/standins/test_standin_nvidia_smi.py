@@ -37,6 +37,7 @@ FORMATS = ("csv,noheader,nounits", "csv", "csv,nounits", "csv,noheader")
 # The real captures (tests/unit/fixtures/gpu/README.md): file prefix -> the fields asked for.
 CAPTURES = {
     "h200": QUERY_FIELDS[: QUERY_FIELDS.index("mig.mode.current") + 1],
+    "h100": QUERY_FIELDS,
 }
 
 
@@ -176,7 +177,7 @@ def test_clock_fields_are_gb10_idle_values_and_overridable(standin):
     rc, out, _err = run(["--query-gpu=" + ",".join(fields + ("clocks_throttle_reasons.active",)), "--format=csv"])
     assert rc == 0
     assert out == (
-        "clocks.sm [MHz], clocks.max.sm [MHz], clocks_event_reasons.active, clocks_throttle_reasons.active\n"
+        "clocks.current.sm [MHz], clocks.max.sm [MHz], clocks_event_reasons.active, clocks_event_reasons.active\n"
         "208 MHz, 2400 MHz, 0x0000000000000004, 0x0000000000000004\n"
     )
     rc, out, _err = run(
