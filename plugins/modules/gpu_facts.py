@@ -46,7 +46,8 @@ attributes:
     description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
 notes:
-  - The query fields (checked against a real 580.159.04 driver, tests/unit/fixtures/gpu) are C(index), C(uuid), C(name), C(pci.bus_id), C(driver_version),
+  - The query fields (checked against a real 580.159.04 driver, tests/unit/fixtures/gpu) are
+    C(index), C(uuid), C(name), C(pci.bus_id), C(driver_version),
     C(compute_cap), C(memory.total), C(power.draw), C(power.limit), C(temperature.gpu),
     C(persistence_mode), C(compute_mode), C(mig.mode.current), C(clocks.sm), C(clocks.max.sm)
     and C(clocks_event_reasons.active); each is listed by
