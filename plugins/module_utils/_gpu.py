@@ -26,7 +26,40 @@ QUERY_FIELDS = (
     "persistence_mode",
     "compute_mode",
     "mig.mode.current",
+    "clocks.sm",
+    "clocks.max.sm",
+    "clocks_event_reasons.active",
 )
+
+# Fields an older driver may not know: gpu_facts drops one that nvidia-smi refuses
+# ('Field "x" is not a valid field to query.') and asks again; its keys then read None.
+OPTIONAL_FIELDS = ("clocks.sm", "clocks.max.sm", "clocks_event_reasons.active")
+
+# NVML's clock-event (throttle) reason bits, as nvidia-smi prints them in
+# clocks_event_reasons.active (nvmlClocksEventReason*, nvml.h of the 580 driver series).
+CLOCK_EVENT_REASONS = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+
+# The name nvidia-smi's CSV header gives a field asked for by another name (real 580 driver,
+# tests/unit/fixtures/gpu/h100-query-header.csv).
+HEADER_NAMES = {"clocks.sm": "clocks.current.sm"}
+
+# Other names nvidia-smi knows a field by; its CSV header may print either.
+FIELD_ALIASES = {
+    "clocks.sm": ("clocks.current.sm",),
+    "clocks.max.sm": ("clocks.max.streaming_multiprocessor",),
+    "clocks_event_reasons.active": ("clocks_throttle_reasons.active",),
+    "power.limit": ("gpu.power.requested_limit",),
+}
 
 # Values nvidia-smi prints where a reading does not exist on this GPU. On a GB10 (unified
 # memory) memory.total reads "[N/A]", and so does power.limit.
@@ -35,6 +68,7 @@ NULL_VALUES = frozenset(("[N/A]", "N/A", "[Not Supported]", "Not Supported"))
 _COMPUTE_CAP_RE = re.compile(r"^(\d+)\.(\d+)$")
 _VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
 _LIST_GPUS_RE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (\S+)\)$")
+_INVALID_FIELD_RE = re.compile(r'Field "([^"]+)" is not a valid field to query')
 
 
 class GpuQueryError(ValueError):
@@ -71,6 +105,39 @@ def _to_enabled(text):
     raise GpuQueryError("expected Enabled or Disabled, found %r" % text)
 
 
+def _to_bitmask(text):
+    try:
+        return int(text, 16) if text.lower().startswith("0x") else int(text)
+    except ValueError:
+        raise GpuQueryError("expected a hex bitmask like 0x0000000000000001, found %r" % text) from None
+
+
+def decode_clock_event_reasons(mask):
+    """Names of the clock-event (throttle) reasons set in MASK (an int), in bit order.
+
+    Bits NVML does not name come back as 'unknown_0x...'. None gives None.
+    """
+    if mask is None:
+        return None
+    names = []
+    known = 0
+    for bit, name in CLOCK_EVENT_REASONS:
+        known |= bit
+        if mask & bit:
+            names.append(name)
+    if mask & ~known:
+        names.append("unknown_%#x" % (mask & ~known))
+    return names
+
+
+def _clock_event_reasons(text):
+    mask = _to_bitmask(text)
+    return {
+        "clock_event_reasons_active": mask,
+        "clock_event_reasons": decode_clock_event_reasons(mask),
+    }
+
+
 def _compute_cap(text):
     match = _COMPUTE_CAP_RE.match(text)
     if not match:
@@ -98,6 +165,15 @@ FIELD_SPECS = {
     "persistence_mode": ("persistence_mode", _to_enabled, None),
     "compute_mode": ("compute_mode", _to_str, None),
     "mig.mode.current": ("mig_mode_current", _to_str, None),
+    "clocks.sm": ("clocks_sm_mhz", _to_int, "MHz"),
+    "clocks.max.sm": ("clocks_max_sm_mhz", _to_int, "MHz"),
+    "clocks_event_reasons.active": ("clock_event_reasons_active", _clock_event_reasons, None),
+}
+
+# Fields whose converter returns several keys: field -> the keys, in order.
+_MULTI_KEYS = {
+    "compute_cap": ("compute_cap", "compute_cap_major", "compute_cap_minor"),
+    "clocks_event_reasons.active": ("clock_event_reasons_active", "clock_event_reasons"),
 }
 
 
@@ -105,10 +181,7 @@ def result_keys(fields=QUERY_FIELDS):
     """The keys one parsed GPU dict has for FIELDS, in order."""
     keys = []
     for field in fields:
-        key = FIELD_SPECS[field][0]
-        keys.append(key)
-        if field == "compute_cap":
-            keys.extend(("compute_cap_major", "compute_cap_minor"))
+        keys.extend(_MULTI_KEYS.get(field, (FIELD_SPECS[field][0],)))
     return keys
 
 
@@ -127,21 +200,33 @@ def build_query_argv(nvidia_smi="nvidia-smi", fields=QUERY_FIELDS):
 
 
 def header_names(fields=QUERY_FIELDS):
-    """The header nvidia-smi prints for FIELDS with --format=csv (units in brackets)."""
+    """The header nvidia-smi prints for FIELDS with --format=csv (units in brackets): a field
+    asked for by a short name is headed by its long one (clocks.sm: clocks.current.sm)."""
     _check_fields(fields)
     names = []
     for field in fields:
         unit = FIELD_SPECS[field][2]
-        names.append("%s [%s]" % (field, unit) if unit else field)
+        name = HEADER_NAMES.get(field, field)
+        names.append("%s [%s]" % (name, unit) if unit else name)
     return names
+
+
+def _is_header(columns, fields):
+    """Whether COLUMNS is nvidia-smi's header for FIELDS (a field may be named by an alias)."""
+    if len(columns) != len(fields):
+        return False
+    for column, field in zip(columns, fields):
+        unit = FIELD_SPECS[field][2]
+        names = (field,) + FIELD_ALIASES.get(field, ())
+        if column not in names and not (unit and column in ["%s [%s]" % (n, unit) for n in names]):
+            return False
+    return True
 
 
 def _convert(field, raw):
     key, converter, unit = FIELD_SPECS[field]
     if raw in NULL_VALUES:
-        if field == "compute_cap":
-            return {"compute_cap": None, "compute_cap_major": None, "compute_cap_minor": None}
-        return {key: None}
+        return {k: None for k in _MULTI_KEYS.get(field, (key,))}
     if unit and raw.endswith(" " + unit):
         raw = raw[: -len(unit) - 1]
     value = converter(raw)
@@ -152,14 +237,15 @@ def parse_query_gpu(text, fields=QUERY_FIELDS):
     """Parse `nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]` output.
 
     Returns one dict per GPU line, keyed by result_keys(FIELDS), with ints and floats typed,
-    memory in MiB, power in W, and None where nvidia-smi prints N/A or Not Supported.
+    memory in MiB, power in W, clocks in MHz, the clock-event reasons as a bitmask and a
+    list of names (decode_clock_event_reasons), and None where nvidia-smi prints N/A or Not Supported.
     A leading header line, and units after values, are accepted and dropped.
     Raises GpuQueryError naming the line when a line does not fit FIELDS.
     """
     _check_fields(fields)
     lines = [line.strip() for line in text.splitlines()]
     lines = [(number, line) for number, line in enumerate(lines, 1) if line]
-    if lines and [c.strip() for c in lines[0][1].split(",")] == header_names(fields):
+    if lines and _is_header([c.strip() for c in lines[0][1].split(",")], fields):
         lines = lines[1:]
     gpus = []
     for number, line in lines:
@@ -177,6 +263,20 @@ def parse_query_gpu(text, fields=QUERY_FIELDS):
                 raise GpuQueryError("line %d, field %s: %s: %r" % (number, field, exc, line)) from None
         gpus.append(gpu)
     return gpus
+
+
+def refused_optional_field(text, fields):
+    """The field of FIELDS that nvidia-smi's TEXT refuses as unknown, when it is optional; else None."""
+    match = _INVALID_FIELD_RE.search(text or "")
+    if match and match.group(1) in fields and match.group(1) in OPTIONAL_FIELDS:
+        return match.group(1)
+    return None
+
+
+def with_all_keys(gpus, fields=QUERY_FIELDS):
+    """GPUS with every key of result_keys(FIELDS), None where a field was not asked for."""
+    keys = result_keys(fields)
+    return [dict({key: None for key in keys}, **gpu) for gpu in gpus]
 
 
 def parse_list_gpus(text):

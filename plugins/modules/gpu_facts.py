@@ -46,10 +46,14 @@ attributes:
     description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
 notes:
-  - The query fields are C(index), C(uuid), C(name), C(pci.bus_id), C(driver_version),
+  - The query fields (checked against a real 580.159.04 driver, tests/unit/fixtures/gpu) are
+    C(index), C(uuid), C(name), C(pci.bus_id), C(driver_version),
     C(compute_cap), C(memory.total), C(power.draw), C(power.limit), C(temperature.gpu),
-    C(persistence_mode), C(compute_mode) and C(mig.mode.current); each is listed by
+    C(persistence_mode), C(compute_mode), C(mig.mode.current), C(clocks.sm), C(clocks.max.sm)
+    and C(clocks_event_reasons.active); each is listed by
     C(nvidia-smi --help-query-gpu) of the 580 driver series that DGX OS ships for the GB10.
+  - A driver that refuses one of the clock fields as unknown (an older one) is asked again
+    without it, with a warning; the facts from that field then read V(null).
 requirements:
   - The NVIDIA driver and its C(nvidia-smi) on the target.
 author:
@@ -151,6 +155,30 @@ ansible_facts:
           description: Current MIG mode (C(Enabled), C(Disabled)); V(null) where there is no MIG (GB10).
           type: str
           sample: null
+        clocks_sm_mhz:
+          description: Current SM clock in MHz.
+          type: int
+          sample: 2418
+        clocks_max_sm_mhz:
+          description: Highest SM clock the GPU can run at, in MHz.
+          type: int
+          sample: 3003
+        clock_event_reasons_active:
+          description:
+            - The clock-event (throttle) reasons active now, as NVML's bitmask
+              (C(nvidia-smi) prints it in hex, such as C(0x0000000000000001)).
+          type: int
+          sample: 1
+        clock_event_reasons:
+          description:
+            - RV(ansible_facts.dgxspark_gpus[].clock_event_reasons_active) decoded into names, in bit order
+              (C(gpu_idle), C(applications_clocks_setting), C(sw_power_cap), C(hw_slowdown), C(sync_boost),
+              C(sw_thermal_slowdown), C(hw_thermal_slowdown), C(hw_power_brake_slowdown),
+              C(display_clock_setting)); a bit NVML does not name reads C(unknown_0x...).
+            - An empty list when the clocks run unhindered.
+          type: list
+          elements: str
+          sample: [gpu_idle]
     dgxspark_gpu_count:
       description: Number of GPUs found.
       returned: always
@@ -179,6 +207,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._gpu import (
     build_query_argv,
     common_driver_version,
     parse_query_gpu,
+    refused_optional_field,
+    with_all_keys,
 )
 
 C_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}
@@ -224,8 +254,16 @@ class GpuFacts:
         return found
 
     def run(self):
-        cmd = build_query_argv(self.find_nvidia_smi(), QUERY_FIELDS)
-        rc, out, err = self.module.run_command(cmd, environ_update=C_LOCALE)
+        nvidia_smi = self.find_nvidia_smi()
+        fields = list(QUERY_FIELDS)
+        while True:
+            cmd = build_query_argv(nvidia_smi, fields)
+            rc, out, err = self.module.run_command(cmd, environ_update=C_LOCALE)
+            refused = rc != 0 and refused_optional_field(out + err, fields)
+            if not refused:
+                break
+            self.module.warn("%s does not know the field %s (an older driver?); its facts read null" % (cmd[0], refused))
+            fields.remove(refused)
         if rc != 0:
             self.missing(
                 "%s exited %d; expected 0 and one CSV line per GPU (is the NVIDIA driver loaded?): %s"
@@ -233,7 +271,7 @@ class GpuFacts:
                 rc=rc, stdout=out, stderr=err, cmd=cmd,
             )
         try:
-            gpus = parse_query_gpu(out, QUERY_FIELDS)
+            gpus = with_all_keys(parse_query_gpu(out, fields), QUERY_FIELDS)
         except GpuQueryError as exc:
             self.module.fail_json(
                 msg="nvidia-smi printed what the query did not ask for: %s" % exc,

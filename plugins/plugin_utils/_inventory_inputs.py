@@ -82,6 +82,7 @@ INPUT_RANGES = {
     "nvidia_driver_apt_pin_priority": (1, 32767),
     "nvidia_driver_reboot_timeout": (60, 7200),
     "preflight_min_memory_mb": (1, 100000000),
+    "preflight_gpu_peer_threshold_pct": (0, 99),
     "roce_fabric_prefix": (1, 32),
     "roce_fabric_mtu": (1280, 9216),
     "roce_fabric_link_timeout": (1, 3600),

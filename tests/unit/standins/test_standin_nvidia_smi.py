@@ -34,6 +34,11 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._gpu import (
 STANDIN = STANDINS / "nvidia-smi"
 FIXTURES = UNIT_FIXTURES / "gpu"
 FORMATS = ("csv,noheader,nounits", "csv", "csv,nounits", "csv,noheader")
+# The real captures (tests/unit/fixtures/gpu/README.md): file prefix -> the fields asked for.
+CAPTURES = {
+    "h200": QUERY_FIELDS[: QUERY_FIELDS.index("mig.mode.current") + 1],
+    "h100": QUERY_FIELDS,
+}
 
 
 @pytest.fixture
@@ -133,27 +138,52 @@ def test_unknown_field_is_refused_like_the_real_tool(standin):
     assert (rc, out, err) == (real_rc, real_stdout, real_stderr)
 
 
+def captured_values(prefix="h200"):
+    """The values of capture PREFIX, as stand-in overrides keyed by nvidia-smi field."""
+    line = (FIXTURES / (prefix + "-query.csv")).read_text(encoding="utf-8").strip()
+    return dict(zip(CAPTURES[prefix], (c.strip() for c in line.split(","))))
+
+
 @pytest.fixture
 def h200_values():
-    """The captured H200 values, as stand-in overrides keyed by nvidia-smi field."""
-    line = (FIXTURES / "h200-query.csv").read_text(encoding="utf-8").strip()
-    return dict(zip(QUERY_FIELDS, (c.strip() for c in line.split(","))))
+    return captured_values()
 
 
+@pytest.mark.parametrize("prefix", sorted(CAPTURES))
 @pytest.mark.parametrize(
-    "fmt, fixture",
-    [
-        ("csv,noheader,nounits", "h200-query.csv"),
-        ("csv", "h200-query-header.csv"),
-        ("csv,nounits", "h200-query-header-nounits.csv"),
-    ],
+    "fmt, suffix",
+    [("csv,noheader,nounits", "-query.csv"), ("csv", "-query-header.csv"), ("csv,nounits", "-query-header-nounits.csv")],
 )
-def test_set_to_h200_values_it_prints_the_real_bytes(standin, h200_values, fmt, fixture):
+def test_set_to_h200_values_it_prints_the_real_bytes(standin, prefix, fmt, suffix):
+    """Same fields, same values: the stand-in prints the real tool's bytes, header and units included."""
     run, write_config = standin
-    write_config({"gpu": h200_values})
-    rc, out, _err = query(run, fmt=fmt)
+    write_config({"gpu": captured_values(prefix)})
+    rc, out, _err = query(run, fields=CAPTURES[prefix], fmt=fmt)
     assert rc == 0
-    assert out == (FIXTURES / fixture).read_text(encoding="utf-8")
+    assert out == (FIXTURES / (prefix + suffix)).read_text(encoding="utf-8")
+
+
+def test_clock_fields_are_gb10_idle_values_and_overridable(standin):
+    run, write_config = standin
+    fields = ("clocks.sm", "clocks.max.sm", "clocks_event_reasons.active")
+    rc, out, _err = query(run, fields=fields)
+    assert (rc, out) == (0, "208, 3003, 0x0000000000000001\n")
+    (gpu,) = parse_query_gpu(out, fields)
+    assert gpu == {
+        "clocks_sm_mhz": 208, "clocks_max_sm_mhz": 3003,
+        "clock_event_reasons_active": 1, "clock_event_reasons": ["gpu_idle"],
+    }
+    write_config({"gpu": {"clocks.max.sm": "2400", "clocks_event_reasons.active": "0x0000000000000004"}})
+    rc, out, _err = run(["--query-gpu=" + ",".join(fields + ("clocks_throttle_reasons.active",)), "--format=csv"])
+    assert rc == 0
+    assert out == (
+        "clocks.current.sm [MHz], clocks.max.sm [MHz], clocks_event_reasons.active, clocks_event_reasons.active\n"
+        "208 MHz, 2400 MHz, 0x0000000000000004, 0x0000000000000004\n"
+    )
+    rc, out, _err = run(
+        ["--query-gpu=clocks.current.sm", "--format=csv,noheader,nounits"], DGXSPARK_STANDIN_GPU_CLOCKS_SM="1500"
+    )
+    assert (rc, out) == (0, "1500\n")
 
 
 @pytest.mark.parametrize("args, fixture", [(["-L"], "h200-list-gpus.txt"), (["--version"], "h200-version.txt")])

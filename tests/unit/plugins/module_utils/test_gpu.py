@@ -16,15 +16,22 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._gpu import (
     GpuQueryError,
     build_query_argv,
     common_driver_version,
+    decode_clock_event_reasons,
     header_names,
     parse_driver_version,
     parse_list_gpus,
     parse_query_gpu,
+    refused_optional_field,
     result_keys,
     version_at_least,
+    with_all_keys,
 )
 
 FIXTURES = UNIT_FIXTURES / "gpu"
+
+# The fields of the first H200 capture (h200-query*.csv, 2026-12-02): QUERY_FIELDS before the
+# clock fields came.
+V1_FIELDS = QUERY_FIELDS[: QUERY_FIELDS.index("mig.mode.current") + 1]
 
 # What the H200 capture (tests/unit/fixtures/gpu/h200-*) says, read off the files by eye.
 H200 = {
@@ -49,7 +56,7 @@ H200 = {
 # power cap, no MIG). Built from those reports, not captured here.
 GB10_LINE = (
     "0, GPU-3a1f07c2-5b8e-4d19-a6e0-7c2b9d41f5e8, NVIDIA GB10, 0000000F:01:00.0, 580.95.05, "
-    "12.1, [N/A], 3.52, [N/A], 36, Enabled, Default, [N/A]"
+    "12.1, [N/A], 3.52, [N/A], 36, Enabled, Default, [N/A], 208, 3003, 0x0000000000000001"
 )
 
 
@@ -81,7 +88,10 @@ def test_build_query_argv_refuses_fields_without_a_parser(fields):
 
 def test_every_query_field_exists_in_a_real_driver():
     """Each field we ask for is listed by --help-query-gpu of the captured 580 driver."""
-    listed = set(re.findall(r'^"([^"]+)"', fixture("h200-help-query-gpu.txt"), re.MULTILINE))
+    listed = set()
+    for line in fixture("h200-help-query-gpu.txt").splitlines():
+        if line.startswith('"'):
+            listed.update(re.findall(r'"([^"]+)"', line))
     assert listed, "the help fixture lists no field at all"
     assert [f for f in QUERY_FIELDS if f not in listed] == []
 
@@ -102,18 +112,18 @@ def test_every_query_field_has_a_parser():
     "name", ["h200-query.csv", "h200-query-header.csv", "h200-query-header-nounits.csv"]
 )
 def test_parse_real_h200_capture(name):
-    gpus = parse_query_gpu(fixture(name), QUERY_FIELDS)
+    gpus = parse_query_gpu(fixture(name), V1_FIELDS)
     assert gpus == [H200]
-    assert list(gpus[0]) == result_keys(QUERY_FIELDS)
+    assert list(gpus[0]) == result_keys(V1_FIELDS)
 
 
 def test_real_h200_header_is_the_one_we_expect():
-    assert fixture("h200-query-header.csv").splitlines()[0].split(", ") == header_names(QUERY_FIELDS)
+    assert fixture("h200-query-header.csv").splitlines()[0].split(", ") == header_names(V1_FIELDS)
 
 
 def test_real_h200_list_gpus_agrees_with_the_query():
     listed = parse_list_gpus(fixture("h200-list-gpus.txt"))
-    queried = parse_query_gpu(fixture("h200-query.csv"))
+    queried = parse_query_gpu(fixture("h200-query.csv"), V1_FIELDS)
     assert [(g["index"], g["name"], g["uuid"]) for g in listed] == [
         (g["index"], g["name"], g["uuid"]) for g in queried
     ]
@@ -121,7 +131,7 @@ def test_real_h200_list_gpus_agrees_with_the_query():
 
 def test_real_h200_version_agrees_with_the_query():
     match = re.search(r"^DRIVER version\s*:\s*(\S+)$", fixture("h200-version.txt"), re.MULTILINE)
-    queried = parse_query_gpu(fixture("h200-query.csv"))
+    queried = parse_query_gpu(fixture("h200-query.csv"), V1_FIELDS)
     assert match and common_driver_version(queried) == match.group(1)
 
 
@@ -311,3 +321,47 @@ def test_common_driver_version_names_both_versions_when_they_disagree():
 def test_common_driver_version_refuses_a_gpu_without_one():
     with pytest.raises(GpuQueryError, match="GPU 0"):
         common_driver_version([{"index": 0, "driver_version": None}])
+
+
+# --- clocks and clock-event reasons --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mask, names",
+    [
+        (0, []),
+        (0x1, ["gpu_idle"]),
+        (0x4, ["sw_power_cap"]),
+        (0x1FF, ["gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+                 "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting"]),
+        (0x400 | 0x8, ["hw_slowdown", "unknown_0x400"]),
+        (None, None),
+    ],
+)
+def test_decode_clock_event_reasons(mask, names):
+    assert decode_clock_event_reasons(mask) == names
+
+
+def test_clock_fields_parse_hex_mask_units_and_alias_headers():
+    fields = ("clocks.sm", "clocks.max.sm", "clocks_event_reasons.active", "power.limit")
+    text = (
+        "clocks.current.sm [MHz], clocks.max.sm [MHz], clocks_throttle_reasons.active, power.limit [W]\n"
+        "1980 MHz, 1980 MHz, 0x0000000000000024, [N/A]\n"
+    )
+    assert parse_query_gpu(text, fields) == [{
+        "clocks_sm_mhz": 1980, "clocks_max_sm_mhz": 1980, "clock_event_reasons_active": 0x24,
+        "clock_event_reasons": ["sw_power_cap", "sw_thermal_slowdown"], "power_limit_w": None,
+    }]
+    (gpu,) = parse_query_gpu("[N/A], [N/A], [Not Supported], 700.00\n", fields)
+    assert (gpu["clock_event_reasons_active"], gpu["clock_event_reasons"]) == (None, None)
+    with pytest.raises(GpuQueryError, match="field clocks_event_reasons.active: expected a hex bitmask"):
+        parse_query_gpu("1, 2, Active, 3\n", fields)
+
+
+def test_refused_optional_field_and_all_keys():
+    out = 'Field "clocks_event_reasons.active" is not a valid field to query.\n\n'
+    assert refused_optional_field(out, QUERY_FIELDS) == "clocks_event_reasons.active"
+    assert refused_optional_field(out.replace("clocks_event_reasons.active", "uuid"), QUERY_FIELDS) is None
+    assert refused_optional_field("", QUERY_FIELDS) is None
+    (gpu,) = with_all_keys([{"index": 0}])
+    assert list(gpu) == result_keys(QUERY_FIELDS) and gpu["clock_event_reasons"] is None and gpu["index"] == 0

@@ -19,10 +19,11 @@ from ansible_collections.dgxspark.cluster.plugins.modules import gpu_facts
 
 FIXTURES = UNIT_FIXTURES / "gpu"
 STANDIN = STANDINS / "nvidia-smi"
-H200_QUERY = (FIXTURES / "h200-query.csv").read_text(encoding="utf-8")
+# The real driver's answer to today's query (an H100 on 580.159.04; fixtures/gpu/README.md).
+REAL_QUERY = (FIXTURES / "h100-query.csv").read_text(encoding="utf-8")
 GB10_LINE = (
     "0, GPU-3a1f07c2-5b8e-4d19-a6e0-7c2b9d41f5e8, NVIDIA GB10, 0000000F:01:00.0, 580.95.05, "
-    "12.1, [N/A], 3.52, [N/A], 36, Enabled, Default, [N/A]\n"
+    "12.1, [N/A], 3.52, [N/A], 36, Enabled, Default, [N/A], 208, 3003, 0x0000000000000001\n"
 )
 FOUND = "/usr/bin/nvidia-smi"
 ABSENT = {
@@ -44,7 +45,7 @@ class FailJson(Exception):
 class Host:
     """What the module sees of the host: the binary on PATH and what running it gives."""
 
-    def __init__(self, monkeypatch, found=FOUND, result=(0, H200_QUERY, "")):
+    def __init__(self, monkeypatch, found=FOUND, result=(0, REAL_QUERY, "")):
         self.found = found
         self.result = result
         self.commands = []
@@ -81,7 +82,7 @@ def run_module(args, outcome=ExitJson):
 
 @pytest.mark.parametrize(
     "output, name, memory",
-    [(H200_QUERY, "NVIDIA H200", 143771), (GB10_LINE, "NVIDIA GB10", None)],
+    [(REAL_QUERY, "NVIDIA H100 80GB HBM3", 81559), (GB10_LINE, "NVIDIA GB10", None)],
 )
 @pytest.mark.parametrize("check_mode", [False, True])
 def test_facts(monkeypatch, output, name, memory, check_mode):
@@ -102,8 +103,8 @@ def test_facts(monkeypatch, output, name, memory, check_mode):
 
 
 def test_several_gpus_on_one_driver(monkeypatch):
-    second = H200_QUERY.replace("0, GPU-bbe8", "1, GPU-ccf9").replace("00000000:00:06.0", "00000000:00:07.0")
-    Host(monkeypatch, result=(0, H200_QUERY + second, ""))
+    second = REAL_QUERY.replace("0, GPU-8d77", "1, GPU-9e88").replace("00000000:00:06.0", "00000000:00:07.0")
+    Host(monkeypatch, result=(0, REAL_QUERY + second, ""))
     facts = run_module({})["ansible_facts"]
     assert facts["dgxspark_gpu_count"] == 2
     assert [g["index"] for g in facts["dgxspark_gpus"]] == [0, 1]
@@ -189,8 +190,8 @@ def test_no_gpu_listed(monkeypatch, required, outcome):
 
 @pytest.mark.parametrize("required", [True, False])
 def test_driver_disagreement_fails_either_way(monkeypatch, required):
-    second = H200_QUERY.replace("0, GPU-bbe8", "1, GPU-ccf9").replace("580.159.04", "575.51.03")
-    Host(monkeypatch, result=(0, H200_QUERY + second, ""))
+    second = REAL_QUERY.replace("0, GPU-8d77", "1, GPU-9e88").replace("580.159.04", "575.51.03")
+    Host(monkeypatch, result=(0, REAL_QUERY + second, ""))
     result = run_module({"required": required}, FailJson)
     assert "580.159.04" in result["msg"] and "575.51.03" in result["msg"]
     assert len(result["gpus"]) == 2
@@ -218,7 +219,28 @@ def test_against_the_standin(monkeypatch, tmp_path):
 
 
 def test_gpu_without_a_driver_version_fails(monkeypatch):
-    Host(monkeypatch, result=(0, H200_QUERY.replace("580.159.04", "[N/A]"), ""))
+    Host(monkeypatch, result=(0, REAL_QUERY.replace("580.159.04", "[N/A]"), ""))
     result = run_module({"required": False}, FailJson)
     assert "no driver version" in result["msg"]
     assert result["gpus"][0]["driver_version"] is None
+
+
+def test_a_driver_without_a_clock_field_is_asked_again_without_it(monkeypatch):
+    """An older driver refuses clocks_event_reasons.active (exit 2, the real tool's words):
+    asked again without it, with a warning; its keys read None."""
+    fields = [f for f in QUERY_FIELDS if f != "clocks_event_reasons.active"]
+    answers = [(2, 'Field "clocks_event_reasons.active" is not a valid field to query.\n\n', ""),
+               (0, REAL_QUERY.rsplit(",", 1)[0] + "\n", "")]
+    host = Host(monkeypatch)
+    host.run_command = None
+    commands = []
+
+    def run_command(module, cmd, environ_update=None):
+        commands.append(cmd)
+        return answers[len(commands) - 1]
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    (gpu,) = run_module({})["ansible_facts"]["dgxspark_gpus"]
+    assert commands == [build_query_argv(FOUND, QUERY_FIELDS), build_query_argv(FOUND, fields)]
+    assert (gpu["clocks_max_sm_mhz"], gpu["clock_event_reasons_active"], gpu["clock_event_reasons"]) == (1980, None, None)
+    assert len(host.warnings) == 1 and "does not know the field clocks_event_reasons.active" in host.warnings[0]

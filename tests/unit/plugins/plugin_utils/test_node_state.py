@@ -35,7 +35,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._node_state impor
 
 GB10_LINE = (
     "0, GPU-3a1f07c2-5b8e-4d19-a6e0-7c2b9d41f5e8, NVIDIA GB10, 0000000F:01:00.0, 580.95.05, "
-    "12.1, [N/A], 3.52, [N/A], 36, Enabled, Default, [N/A]"
+    "12.1, [N/A], 3.52, [N/A], 36, Enabled, Default, [N/A], 208, 3003, 0x0000000000000001"
 )
 USER = pwd.getpwuid(os.geteuid()).pw_name
 GROUP = grp.getgrgid(os.getegid()).gr_name
