@@ -10,13 +10,18 @@ judges what the node's read found (:data:`READ_SCRIPT`) against the links the
 role configures:
 
 - a netplan file other than the role's that configures a fabric netdev with
-  the same addresses and MTU is adopted: named in the run, left as it is (the
-  role's own file carries the same values, which netplan merges);
+  the same addresses and MTU, through the renderer the role uses (networkd, or
+  NetworkManager where it runs), is adopted: named in the run, left as it is
+  (the role's own file carries the same values, which netplan merges);
 - one that configures it otherwise (other addresses, another MTU, DHCP), or
-  through the NetworkManager renderer, is refused naming the file;
-- a NetworkManager connection (keyfile) bound to a fabric netdev, or
-  NetworkManager managing it (nmcli), is refused: the role configures the port
-  through systemd-networkd, and two managers would own it;
+  through the other renderer, is refused naming the file;
+- a NetworkManager connection (keyfile) of a user's bound to a fabric netdev,
+  or NetworkManager managing it with such a connection (nmcli), is refused: the
+  role configures the port through its netplan file (or systemd-networkd), and
+  two managers (or two connections) would own it. NetworkManager's own
+  connections (nm-generated: the automatic "Wired connection N", the one it
+  assumes for an address set by another program) hold nothing and yield to the
+  role's;
 - a netplan file that does not parse is refused naming it (netplan would refuse
   every file with it).
 
@@ -53,7 +58,8 @@ READ_SCRIPT = r"""
 import configparser, glob, json, os, re, subprocess, sys
 SECRET = re.compile(r"(\b[\w-]*(?:password|passphrase|psk|secret|key)[\w-]*[\"']?\s*:\s*)"
                     r"(\"[^\"\n]*\"|'[^'\n]*'|[^,}\n#]*)", re.I)
-KEEP = {"connection": ("id", "type", "interface-name"), "ethernet": ("mtu",), "ipv4": ("method",)}
+KEEP = {"connection": ("id", "type", "interface-name"), "ethernet": ("mtu",), "ipv4": ("method",),
+        ".nmmeta": ("nm-generated",)}
 def read(path):
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -177,35 +183,54 @@ def _netplan_matches(key, conf, netdev):
     return key == netdev
 
 
-def _netplan_stanzas(path, text, netdevs):
-    """(problem, [(netdev, section, key, conf, renderer)]) of one netplan file."""
+def _netplan_doc(text):
+    """(problem, network mapping or None) of one netplan file's text."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = " (line %d)" % (mark.line + 1) if mark is not None else ""
-        return "does not parse as YAML%s: %s" % (where, str(getattr(exc, "problem", None) or exc).strip()), []
+        return "does not parse as YAML%s: %s" % (where, str(getattr(exc, "problem", None) or exc).strip()), None
     if doc is None:
-        return None, []
+        return None, None
     network = doc.get("network") if isinstance(doc, Mapping) else None
     if not isinstance(network, Mapping):
-        return "has no network: mapping at its top (netplan refuses it)", []
-    default_renderer = str(network.get("renderer") or "networkd")
+        return "has no network: mapping at its top (netplan refuses it)", None
+    return None, network
+
+
+def _global_renderer(networks):
+    """netplan's default renderer: network.renderer is one key of the merged configuration, so the
+    last file (in netplan's order, by file name) that sets it gives it to every file's
+    definitions, as DGX OS's 01-network-manager-all.yaml does; networkd where none does."""
+    renderer = "networkd"
+    for _name, network in sorted(networks, key=lambda pair: posixpath.basename(pair[0])):
+        if network.get("renderer"):
+            renderer = str(network["renderer"])
+    return renderer
+
+
+def _netplan_stanzas(network, netdevs, global_renderer):
+    """[(netdev, section, key, conf, renderer)] of one netplan file's network mapping."""
     stanzas = []
     for section in NETPLAN_SECTIONS + MEMBER_SECTIONS:
         definitions = network.get(section)
         if not isinstance(definitions, Mapping):
             continue
+        # A renderer under the device type (ethernets: {renderer: ...}) is not a definition.
+        section_renderer = str(definitions.get("renderer") or global_renderer)
         for key, conf in definitions.items():
+            if key == "renderer":
+                continue
             conf = conf if isinstance(conf, Mapping) else {}
-            renderer = str(conf.get("renderer") or default_renderer)
+            renderer = str(conf.get("renderer") or section_renderer)
             members = [str(i) for i in conf.get("interfaces")] if isinstance(conf.get("interfaces"), list) else []
             for netdev in netdevs:
                 applies = (_netplan_matches(str(key), conf, netdev) if section in NETPLAN_SECTIONS
                            else netdev in members)
                 if applies:
                     stanzas.append((netdev, section, str(key), conf, renderer))
-    return None, stanzas
+    return stanzas
 
 
 def _netplan_differences(conf, wanted, mtu):
@@ -251,6 +276,12 @@ def _keyfile_summary(keyfile):
     return "; ".join(parts)
 
 
+def _nm_generated(keyfile):
+    """Whether NetworkManager wrote the connection itself (the automatic "Wired connection N", or
+    the one it assumes for an address another program set): it holds no configuration of a user's."""
+    return _truthy(keyfile.get(".nmmeta", {}).get("nm-generated"))
+
+
 def _nm_devices(text):
     """{device: (state, connection)} of `nmcli -t -f DEVICE,STATE,CONNECTION device`."""
     devices = {}
@@ -270,8 +301,9 @@ def fabric_config_verdict(host, links, mtu, found, context=None):
     C(nm_devices) (nmcli's table, or None where NetworkManager does not run); or
     the command result whose stdout is that JSON. O(context): C(ours) (the role's
     netplan file, not judged), C(netplan_installed) (netplan files count only
-    where netplan is installed), C(backend) (how the role writes the links, for
-    the messages).
+    where netplan is installed), C(renderer) (networkd, the default, or
+    NetworkManager: the renderer of the role's netplan file), C(backend) (how
+    the role writes the links, for the messages).
 
     Returns C((problems, adopted)): one sentence per problem, naming the host,
     the file, the netdev, what was found and expected, and the fix; one sentence
@@ -285,6 +317,7 @@ def fabric_config_verdict(host, links, mtu, found, context=None):
                 "node." % (host, exc)], []
     ours = str(context.get("ours") or "")
     backend = str(context.get("backend") or "systemd-networkd")
+    renderer = str(context.get("renderer") or "networkd")
     planned = _planned(links, mtu)
     netdevs = [netdev for _position, netdev, _wanted, _mtu in planned]
     by_netdev = {netdev: (position, wanted, link_mtu) for position, netdev, wanted, link_mtu in planned}
@@ -294,22 +327,28 @@ def fabric_config_verdict(host, links, mtu, found, context=None):
     netplan = found.get("netplan") or {}
     if not isinstance(netplan, Mapping):
         raise FabricConfigError("found netplan is %s; expected path -> text" % _kind(netplan))
+    networks = []
     for path in sorted(netplan):
-        if path == ours:
-            continue
         if not _truthy(context.get("netplan_installed", True)):
             continue
         text = netplan[path]
         if text is None:
-            problems.append("%s: %s could not be read (netplan reads it, and it may configure the fabric ports). "
-                            "Check its owner and mode (root, 0600)." % (host, path))
+            if path != ours:
+                problems.append("%s: %s could not be read (netplan reads it, and it may configure the fabric "
+                                "ports). Check its owner and mode (root, 0600)." % (host, path))
             continue
-        problem, stanzas = _netplan_stanzas(path, text, netdevs)
-        if problem:
+        problem, network = _netplan_doc(text)
+        if problem and path != ours:
             problems.append("%s: %s %s; netplan would refuse every file with it, ours (%s) included. Fix or remove "
                             "%s." % (host, path, problem, ours or "the fabric's", path))
+        elif network is not None:
+            networks.append((path, network))
+    global_renderer = _global_renderer(networks)
+    for path, network in networks:
+        if path == ours:
             continue
-        for netdev, section, key, conf, renderer in stanzas:
+        stanzas = _netplan_stanzas(network, netdevs, global_renderer)
+        for netdev, section, key, conf, their_renderer in stanzas:
             position, wanted, link_mtu = by_netdev[netdev]
             where = "%s: %s configures %s (roce_fabric_links[%d]) as network.%s.%s" % (
                 host, path, netdev, position, section, key)
@@ -318,9 +357,10 @@ def fabric_config_verdict(host, links, mtu, found, context=None):
                                 "%s (or the file), or set roce_fabric_links to another port."
                                 % (where, section[:-1], key, netdev, section[:-1]))
                 continue
-            if renderer != "networkd":
-                problems.append("%s with renderer %s, %s. Remove that stanza (or the file) so that NetworkManager "
-                                "leaves %s, or set its renderer to networkd." % (where, renderer, two_managers, netdev))
+            if their_renderer != renderer:
+                problems.append("%s with renderer %s, %s. Remove that stanza (or the file) so that %s leaves %s, or "
+                                "set its renderer to %s (roce_fabric_renderer chooses the role's)."
+                                % (where, their_renderer, two_managers, their_renderer, netdev, renderer))
                 continue
             differences = _netplan_differences(conf, wanted, link_mtu)
             if differences:
@@ -347,7 +387,7 @@ def fabric_config_verdict(host, links, mtu, found, context=None):
             continue
         connection = keyfile.get("connection", {})
         netdev = connection.get("interface-name", "")
-        if netdev not in by_netdev:
+        if netdev not in by_netdev or _nm_generated(keyfile):
             continue
         name = connection.get("id") or posixpath.basename(path).rsplit(".", 1)[0]
         summary = _keyfile_summary(keyfile)
@@ -356,12 +396,18 @@ def fabric_config_verdict(host, links, mtu, found, context=None):
                         "port." % (host, path, name, netdev, by_netdev[netdev][0],
                                    "; it sets %s" % summary if summary else "", two_managers, name))
 
+    generated = set()
+    for text in keyfiles.values():
+        keyfile = _keyfile(text) if text is not None else None
+        if keyfile is not None and _nm_generated(keyfile):
+            generated.add(keyfile.get("connection", {}).get("id", ""))
     for netdev, (state, connection) in sorted(_nm_devices(found.get("nm_devices")).items()):
         # A device NetworkManager lists without a connection (disconnected, unavailable: a
         # fresh port before the first run) holds nothing; a netplan-<netdev> connection comes
-        # from a netplan file, judged above. An active connection of its own owns the port.
+        # from a netplan file, judged above; one NetworkManager generated itself yields to the
+        # role's. An active connection of a user's owns the port.
         if netdev in by_netdev and state != "unmanaged" and connection \
-                and not connection.startswith("netplan-"):
+                and not connection.startswith("netplan-") and connection not in generated:
             problems.append("%s: NetworkManager manages %s (roce_fabric_links[%d]; nmcli device: %s%s), %s. Mark it "
                             "unmanaged (nmcli device set %s managed no, and an unmanaged-devices=interface-name:%s "
                             "entry under /etc/NetworkManager/conf.d/ so that it stays so)%s."

@@ -417,8 +417,12 @@ def node_problems(host, links, found, facts=None, management=None):
     :func:`fabric_plan_problems`. O(found) is what the role's read found:
     C(netdevs) (names in C(/sys/class/net), or the result C(rc), C(stdout) of
     listing them), C(hcas) (RDMA device -> its netdevs, or the lines
-    C(hca [netdev ...]) the read printed), C(sysfs_root) and C(netplan_missing)
-    (the netplan backend is chosen but C(/usr/sbin/netplan) is missing).
+    C(hca [netdev ...]) the read printed), C(sysfs_root), C(netplan_missing)
+    (the netplan backend is chosen but C(/usr/sbin/netplan) is missing) and,
+    optionally, C(renderer) (the links' renderer, networkd or NetworkManager),
+    C(renderer_setting) (roce_fabric_renderer), C(nm_running) and
+    C(use_netplan): NetworkManager is refused where it does not run or
+    without the netplan backend.
     O(facts) are the node's C(ansible_facts) with the network subset
     (C(interfaces), one entry per interface, C(default_ipv4)); without them the
     checks that need them are left out. O(management) is how Ansible reaches
@@ -430,7 +434,8 @@ def node_problems(host, links, found, facts=None, management=None):
     shows belongs to another netdev, a netdev that carries the management
     address or the default route, a fabric address inside (or a fabric subnet
     overlapping) the management subnet, a fabric address already on another
-    interface, and the netplan backend without netplan.
+    interface, the netplan backend without netplan, and NetworkManager as the
+    renderer where it does not run or without netplan.
     """
     if not isinstance(found, Mapping):
         raise FabricPlanError("found is %s; expected a mapping with netdevs, hcas, sysfs_root and netplan_missing"
@@ -470,7 +475,28 @@ def node_problems(host, links, found, facts=None, management=None):
     if _truthy(found.get("netplan_missing")):
         problems.append("%s: roce_fabric_backend is netplan but /usr/sbin/netplan is missing; install netplan.io "
                         "or set roce_fabric_backend to auto or networkd." % host)
+    problems.extend(_renderer_problems(host, found))
     return problems
+
+
+def _renderer_problems(host, found):
+    """The links' renderer (C(renderer), from C(renderer_setting)) against the node: NetworkManager
+    is reached through netplan only, and only where it runs."""
+    if str(found.get("renderer") or "networkd") != "NetworkManager":
+        return []
+    nm_running = _truthy(found.get("nm_running"))
+    if not nm_running:
+        return ["%s: roce_fabric_renderer is NetworkManager but NetworkManager.service does not run; start it "
+                "(systemctl enable --now NetworkManager) or set roce_fabric_renderer to auto or networkd." % host]
+    if "use_netplan" in found and not _truthy(found.get("use_netplan")):
+        why = ("roce_fabric_renderer is NetworkManager" if found.get("renderer_setting") == "NetworkManager"
+               else "NetworkManager runs on the node (roce_fabric_renderer auto picks it)")
+        return ["%s: %s, but roce_fabric_backend writes systemd-networkd files, which NetworkManager does not "
+                "read: two managers would own the fabric ports. Set roce_fabric_backend to auto or netplan (netplan "
+                "writes the links for NetworkManager), or set roce_fabric_renderer to networkd after marking the "
+                "ports unmanaged in NetworkManager (an unmanaged-devices=interface-name:<netdev> entry under "
+                "/etc/NetworkManager/conf.d/)." % (host, why)]
+    return []
 
 
 def counters_by_hca(results):

@@ -53,7 +53,7 @@ def test_the_default_links_read_their_networkd_file_and_name_the_management_path
         "/usr/sbin/netplan", "/etc/netplan/60-dgxspark-fabric.yaml", "/etc/systemd/network/60-dgxspark-enP2p1s0f1np1.network"]
     assert results[DEFAULTS]["read"]["commands"]["hcas"][-1] == "/sys/class/infiniband"
     # The spec is one node_read can run (paths absolute, command names words).
-    assert check_spec(results[DEFAULTS]["read"])["units"] == ["systemd-networkd.service"]
+    assert check_spec(results[DEFAULTS]["read"])["units"] == ["systemd-networkd.service", "NetworkManager.service"]
     assert results[WITH_ANSIBLE_HOST]["management"] == {"address": "192.168.99.11", "variable": "ansible_host"}
 
 
@@ -90,6 +90,7 @@ READ = {
         "@@dgxspark-state path 0", "stat 755 0 0 root root regular file", "sha256 x",
         "@@dgxspark-state path 1", "@@dgxspark-state path 2",
         "@@dgxspark-state unit 0", "enabled 0 enabled", "active 0 active",
+        "@@dgxspark-state unit 1", "enabled 1 disabled", "active 3 inactive",
         "@@dgxspark-state command netdevs", "enP2p1s0f1np1", "eth0", "lo", "", "@@dgxspark-state rc 0",
         "@@dgxspark-state command hcas", "roceP2p1s0f0 enP2p1s0f0np0", "roceP2p1s0f1 enP2p1s0f1np1", "",
         "@@dgxspark-state rc 0",
@@ -108,7 +109,7 @@ NODE_PROBLEMS = ("{{ roce_fabric_links | dgxspark.cluster.fabric_node_problems(i
 # What dgxspark.cluster.node_read registers for READ (validate.yml's task), for the spec of the default link.
 SPEC = {"paths": ["/usr/sbin/netplan", "/etc/netplan/60-dgxspark-fabric.yaml",
                   "/etc/systemd/network/60-dgxspark-enP2p1s0f1np1.network"],
-        "units": ["systemd-networkd.service"], "commands": {"netdevs": ["ls"], "hcas": ["sh"], "configs": ["python3"]}}
+        "units": ["systemd-networkd.service", "NetworkManager.service"], "commands": {"netdevs": ["ls"], "hcas": ["sh"], "configs": ["python3"]}}
 NODE = dict(HOST, roce_fabric_node_state=parse_read(READ, SPEC), ansible_facts=FACTS, ansible_host="192.168.99.11")
 SOUND_NODE = case(NODE, problems=NODE_PROBLEMS)
 MANAGEMENT_NETDEV = case(dict(NODE, roce_fabric_netdev="eth0"), problems=NODE_PROBLEMS)
@@ -148,6 +149,41 @@ def test_the_existing_configurations_are_read_and_judged_with_the_node(results):
         "(/etc/systemd/network): two managers would own one port. Delete it (nmcli connection delete 'cx7', or "
         "remove the file), or set roce_fabric_links to another port."
     ]
+
+
+# NetworkManager runs (unit 1 active): auto renders the links through it.
+NM_READ = dict(READ, stdout=READ["stdout"].replace("enabled 1 disabled\nactive 3 inactive",
+                                                   "enabled 0 enabled\nactive 0 active"))
+NM_NODE = dict(NODE, roce_fabric_node_state=parse_read(NM_READ, SPEC))
+RENDERED = {"renderer": "{{ roce_fabric_netplan_renderer }}", "running": "{{ roce_fabric_renderer_running }}",
+            "netplan": "{{ roce_fabric_netplan_content }}", "problems": NODE_PROBLEMS}
+NM_AUTO = case(NM_NODE, **RENDERED)
+NM_ASKED_FOR_NETWORKD = case(dict(NM_NODE, roce_fabric_renderer="networkd"), **RENDERED)
+NM_NOT_RUNNING = case(dict(NODE, roce_fabric_renderer="NetworkManager"), **RENDERED)
+NM_WITH_NETWORKD_FILES = case(dict(NM_NODE, roce_fabric_backend="networkd"), **RENDERED)
+NETWORKD_AUTO = case(NODE, **RENDERED)
+
+
+def test_the_renderer_follows_networkmanager_and_its_netplan_files(results):
+    assert results[NETWORKD_AUTO]["renderer"] == "networkd" and results[NETWORKD_AUTO]["running"] is True
+    assert "renderer: networkd" in results[NETWORKD_AUTO]["netplan"]
+    out = results[NM_AUTO]
+    assert out["renderer"] == "NetworkManager" and out["running"] is True
+    assert "renderer: NetworkManager" in out["netplan"] and "renderer: networkd" not in out["netplan"]
+    # The node's own netplan file (CONFIGS) renders for networkd: the other manager, refused.
+    assert len(out["problems"]) == 1 and "with renderer networkd, while this role configures it through netplan " \
+        "(renderer NetworkManager, /etc/netplan/60-dgxspark-fabric.yaml)" in out["problems"][0]
+    assert results[NM_ASKED_FOR_NETWORKD]["renderer"] == "networkd"
+    assert results[NM_ASKED_FOR_NETWORKD]["problems"] == []
+    assert results[NM_NOT_RUNNING]["running"] is False
+    # The node's problem first, then its networkd netplan file, which the asked-for renderer refuses.
+    assert results[NM_NOT_RUNNING]["problems"][0] == (
+        "spark1: roce_fabric_renderer is NetworkManager but NetworkManager.service does not run; start it "
+        "(systemctl enable --now NetworkManager) or set roce_fabric_renderer to auto or networkd.")
+    assert len(results[NM_NOT_RUNNING]["problems"]) == 2
+    assert results[NM_WITH_NETWORKD_FILES]["problems"][0].startswith(
+        "spark1: NetworkManager runs on the node (roce_fabric_renderer auto picks it), but roce_fabric_backend "
+        "writes systemd-networkd files")
 
 
 def test_validate_yml_node_problems_template_from_a_read(results):

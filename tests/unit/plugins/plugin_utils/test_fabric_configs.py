@@ -22,6 +22,9 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_configs i
 OURS = "/etc/netplan/60-dgxspark-fabric.yaml"
 CONTEXT = {"ours": OURS, "netplan_installed": True,
            "backend": "netplan (renderer networkd, /etc/netplan/60-dgxspark-fabric.yaml)"}
+# Where NetworkManager runs, the role's netplan file renders for it.
+NM_CONTEXT = dict(CONTEXT, renderer="NetworkManager",
+                  backend="netplan (renderer NetworkManager, /etc/netplan/60-dgxspark-fabric.yaml)")
 # Both halves of the CX-7 port, as a two-link inventory lists them.
 LINKS = [
     {"netdev": "enp1s0f1np1", "hca": "rocep1s0f1", "address": "192.168.100.11", "prefix": 24},
@@ -87,7 +90,9 @@ def test_nothing_present_is_no_problem():
 
 
 def test_nvidias_file_with_the_same_values_is_adopted_per_netdev():
-    problems, adopted = verdict({"/etc/netplan/40-cx7.yaml": NVIDIA_CX7, "/etc/netplan/50-cloud-init.yaml": INSTALLER})
+    # The installer's global renderer is NetworkManager's, for NVIDIA's file too (netplan merges it).
+    problems, adopted = verdict({"/etc/netplan/40-cx7.yaml": NVIDIA_CX7, "/etc/netplan/50-cloud-init.yaml": INSTALLER},
+                                context=NM_CONTEXT)
     assert problems == []
     assert adopted == [
         "spark3: /etc/netplan/40-cx7.yaml configures enp1s0f1np1 (roce_fabric_links[0]) as "
@@ -164,8 +169,83 @@ def test_the_networkmanager_renderer_is_refused_as_a_second_manager():
         "spark3: /etc/netplan/90-NM-cx7.yaml configures enp1s0f1np1 (roce_fabric_links[0]) as "
         "network.ethernets.enp1s0f1np1 with renderer NetworkManager, while this role configures it through netplan "
         "(renderer networkd, /etc/netplan/60-dgxspark-fabric.yaml): two managers would own one port. Remove that "
-        "stanza (or the file) so that NetworkManager leaves enp1s0f1np1, or set its renderer to networkd."
+        "stanza (or the file) so that NetworkManager leaves enp1s0f1np1, or set its renderer to networkd "
+        "(roce_fabric_renderer chooses the role's)."
     )
+
+
+
+def test_where_networkmanager_renders_the_links_its_netplan_files_are_adopted_and_networkds_refused():
+    text = "network:\n  version: 2\n  renderer: NetworkManager\n" + NVIDIA_CX7.split("version: 2\n", 1)[1]
+    problems, adopted = verdict({"/etc/netplan/90-NM-cx7.yaml": text}, context=NM_CONTEXT)
+    assert problems == [] and len(adopted) == 2
+    assert adopted[0].startswith("spark3: /etc/netplan/90-NM-cx7.yaml configures enp1s0f1np1 (roce_fabric_links[0]) "
+                                 "as network.ethernets.enp1s0f1np1 with the same values")
+    # The same file for networkd: the other manager, refused with the role's renderer named.
+    problems, adopted = verdict({"/etc/netplan/40-cx7.yaml": NVIDIA_CX7}, context=NM_CONTEXT)
+    assert adopted == [] and len(problems) == 2
+    assert problems[0] == (
+        "spark3: /etc/netplan/40-cx7.yaml configures enp1s0f1np1 (roce_fabric_links[0]) as "
+        "network.ethernets.enp1s0f1np1 with renderer networkd, while this role configures it through netplan "
+        "(renderer NetworkManager, /etc/netplan/60-dgxspark-fabric.yaml): two managers would own one port. Remove "
+        "that stanza (or the file) so that networkd leaves enp1s0f1np1, or set its renderer to NetworkManager "
+        "(roce_fabric_renderer chooses the role's)."
+    )
+    # Other values through the same renderer: refused as with networkd.
+    problems, adopted = verdict({"/etc/netplan/90-NM-cx7.yaml": text.replace("mtu: 9000", "mtu: 1500")},
+                                context=NM_CONTEXT)
+    assert adopted == [] and len(problems) == 2 and "mtu 1500, expected 9000" in problems[0]
+
+
+def test_a_global_renderer_of_another_file_renders_the_fabric_files_too():
+    # DGX OS: 01-network-manager-all.yaml sets the renderer for every file; NVIDIA's file sets none.
+    files = {"/etc/netplan/01-network-manager-all.yaml": "network:\n  version: 2\n  renderer: NetworkManager\n",
+             "/etc/netplan/40-cx7.yaml": NVIDIA_CX7}
+    problems, adopted = verdict(files, context=NM_CONTEXT)
+    assert problems == [] and len(adopted) == 2
+    problems, adopted = verdict(files)
+    assert adopted == [] and len(problems) == 2 and "with renderer NetworkManager" in problems[0]
+    # The last file by name that sets it wins; a renderer under ethernets: is no device.
+    later = dict(files, **{"/run/netplan/90-back.yaml": "network:\n  renderer: networkd\n"})
+    assert verdict(later) == ([], adopted_of(later))
+    typed = NVIDIA_CX7.replace("  ethernets:\n", "  ethernets:\n    renderer: NetworkManager\n")
+    problems, adopted = verdict({"/etc/netplan/40-cx7.yaml": typed}, context=NM_CONTEXT)
+    assert problems == [] and len(adopted) == 2
+
+
+def adopted_of(files):
+    return verdict(files)[1]
+
+
+# What NetworkManager writes itself under /run: the automatic connection of a
+# port without one, and the one it assumes for an address another program set.
+GENERATED = """\
+[connection]
+id=Wired connection 2
+type=ethernet
+interface-name=enp1s0f1np1
+[ipv4]
+method=auto
+[.nmmeta]
+nm-generated=true
+"""
+
+
+def test_networkmanagers_own_connections_yield_to_the_roles():
+    keyfiles = {"/run/NetworkManager/system-connections/Wired connection 2.nmconnection": GENERATED,
+                "/run/NetworkManager/system-connections/enP2p1s0f1np1.nmconnection":
+                    GENERATED.replace("Wired connection 2", "enP2p1s0f1np1").replace("enp1s0f1np1", "enP2p1s0f1np1")}
+    devices = ("enp1s0f1np1:connecting (getting IP configuration):Wired connection 2\n"
+               "enP2p1s0f1np1:connected (externally):enP2p1s0f1np1\n")
+    for context in (CONTEXT, NM_CONTEXT):
+        assert verdict(keyfiles=keyfiles, nm_devices=devices, context=context) == ([], [])
+    # The same connection written by a user (no nm-generated mark) owns the port.
+    mine = {path: text.replace("[.nmmeta]\nnm-generated=true\n", "") for path, text in keyfiles.items()}
+    problems, _adopted = verdict(keyfiles=mine, nm_devices=devices, context=NM_CONTEXT)
+    assert len(problems) == 4
+    assert "is a NetworkManager connection (id Wired connection 2) for enp1s0f1np1" in problems[0]
+    assert "NetworkManager manages enP2p1s0f1np1 (roce_fabric_links[1]; nmcli device: connected (externally)" \
+        in problems[2]
 
 
 def test_a_per_device_renderer_overrides_the_files():
@@ -290,6 +370,8 @@ def test_the_read_script_shadows_by_name_leaves_ours_out_and_reads_keyfiles(tmp_
     (roots["/etc/netplan"] / "60-dgxspark-fabric.yaml").write_text("ours")
     (roots["/etc/netplan"] / "notes.txt").write_text("not yaml")
     (roots["/etc/NetworkManager/system-connections"] / "cx7.nmconnection").write_text(KEYFILE)
+    (roots["/run/NetworkManager/system-connections"] / "auto.nmconnection").write_text(
+        GENERATED + "volatile=true\n")
     (roots["/etc/NetworkManager/system-connections"] / "wifi.nmconnection").write_text(
         "[connection]\nid=lab\ntype=wifi\n\n[wifi-security]\nkey-mgmt=wpa-psk\npsk=hunter22\n")
     (roots["/run/netplan"] / "50-wifi.yaml").write_text(
@@ -308,6 +390,9 @@ def test_the_read_script_shadows_by_name_leaves_ours_out_and_reads_keyfiles(tmp_
         "cx7.nmconnection": "[connection]\nid=cx7-port1\ntype=ethernet\ninterface-name=enp1s0f1np1\n[ethernet]\n"
                             "mtu=9000\n[ipv4]\naddress1=192.168.100.11/24\nmethod=manual\n",
         "wifi.nmconnection": "[connection]\nid=lab\ntype=wifi\n",
+        # NetworkManager's own mark is kept: such a connection holds no configuration of a user's.
+        "auto.nmconnection": "[connection]\nid=Wired connection 2\ntype=ethernet\ninterface-name=enp1s0f1np1\n"
+                             "[ipv4]\nmethod=auto\n[.nmmeta]\nnm-generated=true\n",
     }
     assert "hunter22" not in ran.stdout
     wifi = yaml.safe_load(read["netplan"][str(roots["/run/netplan"] / "50-wifi.yaml")])

@@ -287,6 +287,25 @@ def test_the_netplan_backend_without_netplan_keeps_its_message():
     assert problems_of(found=dict(FOUND, netplan_missing="False")) == []
 
 
+def test_networkmanager_renders_only_where_it_runs_and_only_through_netplan():
+    nm = dict(FOUND, renderer="NetworkManager", renderer_setting="auto", nm_running=True, use_netplan=True)
+    assert problems_of(found=nm) == []
+    assert problems_of(found=dict(nm, renderer="networkd", nm_running=False)) == []
+    assert problems_of(found=dict(nm, renderer_setting="NetworkManager", nm_running="False")) == [
+        "spark1: roce_fabric_renderer is NetworkManager but NetworkManager.service does not run; start it "
+        "(systemctl enable --now NetworkManager) or set roce_fabric_renderer to auto or networkd."
+    ]
+    assert problems_of(found=dict(nm, use_netplan=False)) == [
+        "spark1: NetworkManager runs on the node (roce_fabric_renderer auto picks it), but roce_fabric_backend "
+        "writes systemd-networkd files, which NetworkManager does not read: two managers would own the fabric "
+        "ports. Set roce_fabric_backend to auto or netplan (netplan writes the links for NetworkManager), or set "
+        "roce_fabric_renderer to networkd after marking the ports unmanaged in NetworkManager (an "
+        "unmanaged-devices=interface-name:<netdev> entry under /etc/NetworkManager/conf.d/)."
+    ]
+    named = problems_of(found=dict(nm, use_netplan=False, renderer_setting="NetworkManager"))
+    assert len(named) == 1 and named[0].startswith("spark1: roce_fabric_renderer is NetworkManager, but")
+
+
 def test_an_hca_of_another_netdev_names_the_right_device():
     found = dict(FOUND, netdevs=FOUND["netdevs"] + ["enP2p1s0f0np0"])
     assert problems_of(found=found, netdev="enP2p1s0f0np0", address="192.168.101.11") == [
