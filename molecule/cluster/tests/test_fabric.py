@@ -33,14 +33,24 @@ def test_the_chosen_backend_owns_the_fabric_link(host):
         assert networkd.exists and networkd.mode == 0o644 and not netplan.exists
         assert f"Address={address}" in networkd.content_string
         assert "LinkLocalAddressing=no" in networkd.content_string
+        assert host.service("systemd-networkd").is_enabled
+        return
+    # netplan is installed, so auto picks it; netplan renders for networkd, or for
+    # NetworkManager where it runs (spark4), and only one of them owns the port.
+    assert netplan.exists and netplan.mode == 0o600 and not networkd.exists
+    plan = yaml.safe_load(netplan.content_string)["network"]["ethernets"][netdev]
+    assert plan["addresses"] == [address] and plan["mtu"] == GV["roce_fabric_mtu"] and plan["link-local"] == []
+    for_networkd = host.file(f"/run/systemd/network/10-netplan-{netdev}.network")
+    for_nm = host.file(f"/run/NetworkManager/system-connections/netplan-{netdev}.nmconnection")
+    if inventory_hosts()[name].get("sim_network_manager"):
+        assert plan["renderer"] == "NetworkManager"
+        assert for_nm.exists and f"address1={address}" in for_nm.content_string and not for_networkd.exists
+        shown = host.check_output(f"nmcli -g GENERAL.CONNECTION,GENERAL.STATE device show {netdev}").splitlines()
+        assert shown == [f"netplan-{netdev}", "100 (connected)"], shown
     else:
-        # netplan is installed, so auto picks it; netplan renders for networkd.
-        assert netplan.exists and netplan.mode == 0o600 and not networkd.exists
-        plan = yaml.safe_load(netplan.content_string)["network"]["ethernets"][netdev]
-        assert plan["addresses"] == [address] and plan["mtu"] == GV["roce_fabric_mtu"] and plan["link-local"] == []
-        generated = host.file(f"/run/systemd/network/10-netplan-{netdev}.network")
-        assert generated.exists and f"Address={address}" in generated.content_string
-    assert host.service("systemd-networkd").is_enabled
+        assert plan["renderer"] == "networkd"
+        assert for_networkd.exists and f"Address={address}" in for_networkd.content_string and not for_nm.exists
+        assert host.service("systemd-networkd").is_enabled
 
 
 def test_fabric_link_has_address_and_jumbo_mtu(host):
