@@ -9,7 +9,8 @@ refuses ``--tags``/``--skip-tags`` that name no part of the playbook or would sk
 :func:`part_runs` says whether a part's tag is chosen, as ansible-core decides it for a task tagged
 with that part only. :func:`run_summary` writes the lines a person acts on: where the API is, a
 ``curl`` of ``/v1/models`` that reads the API key from the inventory's vault (the key itself never
-reaches it), the model, the layout, the engine version and the wall time of each part. Standard
+reaches it), the model, the layout, the engine's per-rank versions (whether each is what the
+inventory renders for its rank) and the wall time of each part. Standard
 library only, unit-tested without Ansible.
 """
 
@@ -212,18 +213,38 @@ def _layout_line(heads, ranks, api):
     return "Layout: %s replicas of TP=%s (heads %s)" % (replicas, tensor_parallel, ", ".join(host for host, _api in heads))
 
 
+def _deployed_text(engine_hosts):
+    """What the ranks run. A rank's version is a digest of its own unit spec (its address, its part of
+    the command line), so the ranks of one lane never share one and no fact names the release they
+    came from: the one thing that ties them together is that each is what this inventory renders for
+    its rank (C(engine_service_version)). The versions are listed per rank, never as if they were
+    releases of their own."""
+    per_rank = []
+    differing = []
+    for host, facts in engine_hosts:
+        deployed = facts.get("engine_service_deployed_version") or ""
+        per_rank.append("%s %s" % (host, deployed or "nothing"))
+        if not deployed or deployed != facts.get("engine_service_version"):
+            differing.append(host)
+    listing = "per-rank versions: %s" % ", ".join(per_rank)
+    if not differing:
+        return "every rank deployed as this inventory renders it (%s)" % listing
+    if len(differing) == len(per_rank) and all(text.endswith(" nothing") for text in per_rank):
+        return "nothing deployed on any rank"
+    return "%s (%s %s not as this inventory renders %s)" % (
+        listing, ", ".join(differing), "is" if len(differing) == 1 else "are", "it" if len(differing) == 1 else "them")
+
+
 def _engine_line(engine_hosts, engine_ran, check_mode):
-    deployed = sorted({facts.get("engine_service_deployed_version") or "nothing" for _host, facts in engine_hosts})
-    wanted = sorted({facts.get("engine_service_version") or "unknown" for _host, facts in engine_hosts})
     reasons = [reason for _host, facts in engine_hosts for reason in facts.get("engine_service_start_reasons") or []]
-    runs = "version %s on every rank" % deployed[0] if len(deployed) == 1 else "versions %s" % ", ".join(deployed)
+    runs = _deployed_text(engine_hosts)
     if not reasons:
         return "Engine: %s; nothing restarted." % runs
     if check_mode:
-        return "Engine: %s; a real run would start %s (%s)." % (runs, ", ".join(wanted), "; ".join(reasons))
+        return "Engine: %s; a real run would start this inventory's versions (%s)." % (runs, "; ".join(reasons))
     if not engine_ran:
-        return "Engine: %s; the engine part did not run, so %s is not started (%s)." % (
-            runs, ", ".join(wanted), "; ".join(reasons))
+        return "Engine: %s; the engine part did not run, so this inventory's versions are not started (%s)." % (
+            runs, "; ".join(reasons))
     return "Engine: %s, started in this run (%s)." % (runs, "; ".join(reasons))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import (
+    NETWORK_FILES,
     assert_nothing_changed,
     flat,
     group_vars,
@@ -26,7 +27,6 @@ GV = group_vars()
 HOSTS = sorted(inventory_hosts())
 NETDEV = GV["roce_fabric_netdev"]
 MTU = GV["roce_fabric_mtu"]
-NETWORK_FILES = [f"/etc/systemd/network/60-dgxspark-{NETDEV}.network", "/etc/netplan/60-dgxspark-fabric.yaml"]
 CX7 = "/etc/netplan/40-cx7.yaml"
 KEYFILE = "/etc/NetworkManager/system-connections/cx7.nmconnection"
 

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from helpers import (
+    NETWORK_FILES,
     assert_nothing_changed,
     completion,
     flat,
@@ -30,7 +31,6 @@ testinfra_hosts = ["local://"]
 
 GV = group_vars()
 HOSTS = sorted(inventory_hosts())
-NETWORK_FILES = [f"/etc/systemd/network/60-dgxspark-{GV['roce_fabric_netdev']}.network", "/etc/netplan/60-dgxspark-fabric.yaml"]
 
 
 # The node's management interface (the one holding its ansible_host), looked up

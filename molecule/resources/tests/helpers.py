@@ -138,6 +138,12 @@ def node_file_digests(hosts, paths):
     return digests
 
 
+# The files the fabric role writes for the fabric port (systemd-networkd's or netplan's,
+# roce_fabric_netplan_file): what a refused fabric run must leave as they were.
+NETWORK_FILES = [f"/etc/systemd/network/60-dgxspark-{group_vars()['roce_fabric_netdev']}.network",
+                 "/etc/netplan/60-dgxspark-fabric.yaml"]
+
+
 def host_side_veth(host, netdev):
     """Name of the host end of a node's veth: the switch port of the simulation."""
     peer_index = node_state(host, f"cat /sys/class/net/{netdev}/iflink").strip()

@@ -34,7 +34,8 @@ def api(replica, url, tensor_parallel=4, replicas=1, key=True):
 
 
 def engine_hosts(tensor_parallel=4, replicas=1, key=True, deployed="v1", wanted="v1", reasons=()):
-    """Engine hosts' variables as hostvars hold them, the API key among them."""
+    """Engine hosts' variables as hostvars hold them, the API key among them. Each rank's version is
+    its own, as the role's digest of the rank's unit spec makes it (V(v1) becomes V(v1-r0), V(v1-r1)...)."""
     hosts = {}
     for rank in range(tensor_parallel * replicas):
         head_rank = rank // tensor_parallel * tensor_parallel
@@ -43,8 +44,8 @@ def engine_hosts(tensor_parallel=4, replicas=1, key=True, deployed="v1", wanted=
             "engine_service_is_head": rank == head_rank,
             "engine_service_api": api(rank // tensor_parallel, "http://10.0.0.%d:8000" % (head_rank + 11),
                                       tensor_parallel, replicas, key),
-            "engine_service_version": wanted,
-            "engine_service_deployed_version": deployed,
+            "engine_service_version": "%s-r%d" % (wanted, rank),
+            "engine_service_deployed_version": "%s-r%d" % (deployed, rank) if deployed else "",
             "engine_service_start_reasons": list(reasons) if rank == 0 else [],
             "engine_service_api_key": SECRET,
             "model_weights_hf_token": SECRET + "-hub",
@@ -213,7 +214,10 @@ def test_the_tp4_lane_behind_the_balancer():
     assert line(lines, "API: ") == "API: http://10.0.0.11:8080/v1 (the balancer on spark1, in front of spark1)"
     assert line(lines, "Model: ") == "Model: deepseek-v4-flash"
     assert line(lines, "Layout: ") == "Layout: one TP=4 lane (spark1, spark2, spark3, spark4; head spark1)"
-    assert line(lines, "Engine: ") == "Engine: version v1 on every rank; nothing restarted."
+    # The ranks' versions differ (each covers its rank's own spec) but are one deployment: not
+    # listed as four versions of the engine.
+    assert line(lines, "Engine: ") == ("Engine: every rank deployed as this inventory renders it (per-rank versions:"
+                                       " spark1 v1-r0, spark2 v1-r1, spark3 v1-r2, spark4 v1-r3); nothing restarted.")
     assert line(lines, "Try it: ").endswith(" http://10.0.0.11:8080/v1/models")
 
 
@@ -306,16 +310,36 @@ def test_restart_lists_its_own_parts():
     assert part_line(lines, "weights") == "not run (--skip-tags weights)"
 
 
-@pytest.mark.parametrize(("changes", "reasons", "expected"), [
-    ({}, ["spark1 runs v1, wants v2"], "Engine: version v1 on every rank, started in this run (spark1 runs v1, wants v2)."),
-    ({"check_mode": True}, ["spark1 runs v1, wants v2"],
-     "Engine: version v1 on every rank; a real run would start v2 (spark1 runs v1, wants v2)."),
-    ({"skip_tags": ["engine"]}, ["spark1 runs v1, wants v2"],
-     "Engine: version v1 on every rank; the engine part did not run, so v2 is not started (spark1 runs v1, wants v2)."),
+EVERY_RANK_V1 = "per-rank versions: spark1 v1-r0, spark2 v1-r1, spark3 v1-r2, spark4 v1-r3"
+
+
+@pytest.mark.parametrize(("changes", "deployed", "expected"), [
+    ({}, "v2", "Engine: every rank deployed as this inventory renders it (per-rank versions: spark1 v2-r0, spark2 v2-r1,"
+               " spark3 v2-r2, spark4 v2-r3), started in this run (spark1 runs v1-r0, wants v2-r0)."),
+    ({"check_mode": True}, "v1",
+     "Engine: %s (spark1, spark2, spark3, spark4 are not as this inventory renders them); a real run would start this"
+     " inventory's versions (spark1 runs v1-r0, wants v2-r0)." % EVERY_RANK_V1),
+    ({"skip_tags": ["engine"]}, "v1",
+     "Engine: %s (spark1, spark2, spark3, spark4 are not as this inventory renders them); the engine part did not run,"
+     " so this inventory's versions are not started (spark1 runs v1-r0, wants v2-r0)." % EVERY_RANK_V1),
 ])
-def test_the_engine_line_says_what_this_run_did(changes, reasons, expected):
-    lines = run_summary(run(**changes), engine_hosts(wanted="v2", reasons=reasons))
+def test_the_engine_line_says_what_this_run_did(changes, deployed, expected):
+    lines = run_summary(run(**changes), engine_hosts(deployed=deployed, wanted="v2", reasons=["spark1 runs v1-r0, wants v2-r0"]))
     assert line(lines, "Engine: ") == expected
+
+
+def test_the_engine_line_names_the_ranks_that_differ_and_a_cluster_with_nothing_deployed():
+    hosts = engine_hosts()
+    hosts["spark3"]["engine_service_deployed_version"] = "old-r2"
+    hosts["spark4"]["engine_service_deployed_version"] = ""
+    assert line(run_summary(run(), hosts), "Engine: ") == (
+        "Engine: per-rank versions: spark1 v1-r0, spark2 v1-r1, spark3 old-r2, spark4 nothing (spark3, spark4 are not as"
+        " this inventory renders them); nothing restarted.")
+    hosts["spark4"]["engine_service_deployed_version"] = "v1-r3"
+    assert line(run_summary(run(), hosts), "Engine: ").endswith(" (spark3 is not as this inventory renders it); nothing restarted.")
+    assert line(run_summary(run(check_mode=True), engine_hosts(deployed="", reasons=["spark1 runs nothing, wants v1-r0"])),
+                "Engine: ") == ("Engine: nothing deployed on any rank; a real run would start this inventory's versions"
+                                " (spark1 runs nothing, wants v1-r0).")
 
 
 def test_missing_engine_facts_are_an_error_naming_them():
