@@ -94,7 +94,7 @@ def test_tags_engine_keeps_the_checks_and_the_facts_the_engine_reads():
         assert task in engine, task
     for task in [
         "dgxspark.cluster.roce_fabric : Fabric | Configure the links",
-        "dgxspark.cluster.nvidia_driver : NVIDIA driver | Query the driver",
+        "dgxspark.cluster.nvidia_driver : NVIDIA driver | Query the driver and read the kernels and the held packages",
         "dgxspark.cluster.engine_image : Engine image | Bring the image to the nodes that lack it",
         "dgxspark.cluster.model_weights : Model weights | Download, sync and verify where a copy lacks the revision",
         "dgxspark.cluster.monitoring : Monitoring | Read the packages, files and units of the monitoring stack",
