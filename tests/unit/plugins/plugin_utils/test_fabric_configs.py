@@ -174,7 +174,6 @@ def test_the_networkmanager_renderer_is_refused_as_a_second_manager():
     )
 
 
-
 def test_where_networkmanager_renders_the_links_its_netplan_files_are_adopted_and_networkds_refused():
     text = "network:\n  version: 2\n  renderer: NetworkManager\n" + NVIDIA_CX7.split("version: 2\n", 1)[1]
     problems, adopted = verdict({"/etc/netplan/90-NM-cx7.yaml": text}, context=NM_CONTEXT)
