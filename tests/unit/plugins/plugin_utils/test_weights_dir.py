@@ -186,12 +186,14 @@ def test_the_preflight_reads_and_judges_the_directory_before_anything_changes():
     # (a skipped task's register would not): converge.yml reads it.
     assert "model_weights_dir_verdict" in judged["ansible.builtin.set_fact"]["model_weights_dir_state"]
     assert refusal["ansible.builtin.assert"]["that"] == "model_weights_dir_state.problems | length == 0"
-    # main.yml imports validate.yml while model_weights_validated is not defined, a condition
-    # every task inherits: only the last task may register it.
+    # main.yml includes validate.yml while model_weights_validated is not defined (one skipped
+    # task where a preflight checked it, its tasks tagged always as the include): only the
+    # last task may register it.
     assert [task.get("register") for task in tasks if task.get("register") == "model_weights_validated"] == [
         "model_weights_validated"] and refusal["register"] == "model_weights_validated"
     main = _tasks("main.yml")[0]
-    assert main["ansible.builtin.import_tasks"] == "validate.yml" and main["when"] == "model_weights_validated is not defined"
+    assert main["ansible.builtin.include_tasks"] == {"file": "validate.yml", "apply": {"tags": "always"}}
+    assert main["when"] == "model_weights_validated is not defined" and main["tags"] == "always"
 
 
 def test_the_marker_is_written_before_the_download_and_the_sync_and_the_sync_keeps_it():
