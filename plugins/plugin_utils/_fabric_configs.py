@@ -377,12 +377,13 @@ def fabric_config_verdict(host, links, mtu, found, context=None):
     keyfiles = found.get("keyfiles") or {}
     if not isinstance(keyfiles, Mapping):
         raise FabricConfigError("found keyfiles is %s; expected path -> text" % _kind(keyfiles))
-    for path in sorted(keyfiles):
+    # Each keyfile parsed once: None where it is unreadable or does not parse.
+    parsed = {path: _keyfile(text) if text is not None else None for path, text in keyfiles.items()}
+    for path in sorted(parsed):
         # Written by netplan from a file with renderer NetworkManager, which is judged itself.
         if path.startswith("/run/NetworkManager/system-connections/netplan-"):
             continue
-        text = keyfiles[path]
-        keyfile = _keyfile(text) if text is not None else None
+        keyfile = parsed[path]
         if keyfile is None:
             continue
         connection = keyfile.get("connection", {})
@@ -396,11 +397,8 @@ def fabric_config_verdict(host, links, mtu, found, context=None):
                         "port." % (host, path, name, netdev, by_netdev[netdev][0],
                                    "; it sets %s" % summary if summary else "", two_managers, name))
 
-    generated = set()
-    for text in keyfiles.values():
-        keyfile = _keyfile(text) if text is not None else None
-        if keyfile is not None and _nm_generated(keyfile):
-            generated.add(keyfile.get("connection", {}).get("id", ""))
+    generated = {keyfile.get("connection", {}).get("id", "") for keyfile in parsed.values()
+                 if keyfile is not None and _nm_generated(keyfile)}
     for netdev, (state, connection) in sorted(_nm_devices(found.get("nm_devices")).items()):
         # A device NetworkManager lists without a connection (disconnected, unavailable: a
         # fresh port before the first run) holds nothing; a netplan-<netdev> connection comes
