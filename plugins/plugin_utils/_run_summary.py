@@ -221,15 +221,17 @@ def _deployed_text(engine_hosts):
     releases of their own."""
     per_rank = []
     differing = []
+    undeployed = 0
     for host, facts in engine_hosts:
         deployed = facts.get("engine_service_deployed_version") or ""
         per_rank.append("%s %s" % (host, deployed or "nothing"))
+        undeployed += not deployed
         if not deployed or deployed != facts.get("engine_service_version"):
             differing.append(host)
     listing = "per-rank versions: %s" % ", ".join(per_rank)
     if not differing:
         return "every rank deployed as this inventory renders it (%s)" % listing
-    if len(differing) == len(per_rank) and all(text.endswith(" nothing") for text in per_rank):
+    if undeployed == len(per_rank):
         return "nothing deployed on any rank"
     return "%s (%s %s not as this inventory renders %s)" % (
         listing, ", ".join(differing), "is" if len(differing) == 1 else "are", "it" if len(differing) == 1 else "them")
