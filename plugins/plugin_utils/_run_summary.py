@@ -238,7 +238,10 @@ def _deployed_text(engine_hosts):
 
 
 def _engine_line(engine_hosts, engine_ran, check_mode):
-    reasons = [reason for _host, facts in engine_hosts for reason in facts.get("engine_service_start_reasons") or []]
+    # Every rank of a replica carries that replica's reasons (roles/engine_service/tasks/decide.yml):
+    # each reason once, in rank order.
+    reasons = list(dict.fromkeys(reason for _host, facts in engine_hosts
+                                 for reason in facts.get("engine_service_start_reasons") or []))
     runs = _deployed_text(engine_hosts)
     if not reasons:
         return "Engine: %s; nothing restarted." % runs

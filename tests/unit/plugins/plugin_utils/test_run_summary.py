@@ -46,7 +46,8 @@ def engine_hosts(tensor_parallel=4, replicas=1, key=True, deployed="v1", wanted=
                                       tensor_parallel, replicas, key),
             "engine_service_version": "%s-r%d" % (wanted, rank),
             "engine_service_deployed_version": "%s-r%d" % (deployed, rank) if deployed else "",
-            "engine_service_start_reasons": list(reasons) if rank == 0 else [],
+            # Every rank of the replica carries the replica's reasons, as decide.yml sets them.
+            "engine_service_start_reasons": list(reasons),
             "engine_service_api_key": SECRET,
             "model_weights_hf_token": SECRET + "-hub",
         }
@@ -377,3 +378,13 @@ def test_the_key_reader_reads_the_key_with_the_real_ansible_even_where_colour_is
     done = subprocess.run(["sh", "-c", reader], env={**env, "ANSIBLE_FORCE_COLOR": "1"}, cwd=tmp_path,
                           capture_output=True, text=True, check=False, timeout=60)
     assert done.stdout == SECRET + "\n", done.stdout
+
+
+def test_the_engine_line_gives_each_replicas_reasons_once_though_every_rank_carries_them():
+    hosts = engine_hosts(tensor_parallel=2, replicas=2, deployed="v1", wanted="v2")
+    for host, reasons in (("spark1", ["spark1 runs v1-r0, wants v2-r0", "spark2 runs v1-r1, wants v2-r1"]),
+                          ("spark2", ["spark1 runs v1-r0, wants v2-r0", "spark2 runs v1-r1, wants v2-r1"]),
+                          ("spark3", ["spark3's rank is not running"]), ("spark4", ["spark3's rank is not running"])):
+        hosts[host]["engine_service_start_reasons"] = reasons
+    assert line(run_summary(run(), hosts), "Engine: ").endswith(
+        ", started in this run (spark1 runs v1-r0, wants v2-r0; spark2 runs v1-r1, wants v2-r1; spark3's rank is not running).")
