@@ -15,12 +15,15 @@ restart, and the corrected inventory's runtime part changes nothing.
 Then the 2xTP=2 fleet, switched to with site.yml (one coordinated restart from
 the stopped lane, which also brings back the inventory's image), with a client sending
 completions through the balancer all along: sticky sessions; a rolling
-upgrade; a replica whose worker cannot start, rolled back while the roll
-stops and the other replica serves; a replica's node rebooted, which the
+upgrade whose first replica is drained under a stream in flight and upgraded,
+and whose second, a worker of which cannot start, is rolled back while the
+roll stops and the first serves; a replica's node rebooted, which the
 balancer routes around, status.yml and the monitoring name, and site.yml
 (its controller killed once during the start) brings back, the other
-replica untouched. The module fixture switches to the fleet once and back
-to the inventory's TP=4 lane at the end, whatever happened. The fault tests
+replica untouched. The module fixture switches to the fleet once and, at
+the end whatever happened, back to the inventory's TP=4 lane when other tests
+follow; the module runs last (conftest.py), so in the whole suite the way back
+is judged in check mode instead of paying another coordinated start. The fault tests
 record requests sent and failed in reports/faults/faults.json."""
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from helpers import (
     record_fault,
     role_settings,
     run_playbook,
+    run_summary,
     run_until_killed,
     run_watched,
     sim_node_boot,
@@ -294,23 +298,49 @@ def test_a_daemon_option_dockerd_refuses_is_rolled_back_and_a_corrected_run_chan
     assert recap == dict.fromkeys(HOSTS, "0"), recap
 
 
+def later_tests(request):
+    """Whether this session runs tests of other modules after this one's (conftest.py puts
+    this module last, so in the whole suite none do)."""
+    items = request.session.items
+    last = max(index for index, item in enumerate(items) if item.module is request.module)
+    return any(item.module is not request.module for item in items[last + 1:])
+
+
 @pytest.fixture(scope="module")
-def fleet():
+def fleet(request):
     """Switch to 2xTP=2 with site.yml: one coordinated start of every rank (the daemon test
     above left them stopped), which also brings back the inventory's image after the upgrade
-    above. At the end, back to the inventory's TP=4."""
+    above. At the end, back to the inventory's TP=4 lane when tests of other modules follow
+    (a coordinated start of every rank); when none do, as in the whole suite, which destroys
+    the cluster next, the way back is judged in check mode: site.yml would start every rank
+    as the lane, behind one upstream."""
     try:
         result = timed("switch to 2xTP=2", "site.yml", extra_vars=FLEET)
         assert result.returncode == 0, flat(result.stdout)[-3000:]
         yield result
     finally:
-        back = timed("switch back to TP=4", "site.yml")
+        switch_back = later_tests(request)
+        fleet_containers = {host: engine_container(host) for host in HOSTS}
+        back = timed("switch back to TP=4" if switch_back else "switch back to TP=4, check mode", "site.yml",
+                     *([] if switch_back else ["--check", "--diff"]))
         print("fleet timings (s): %r" % TIMINGS)
     assert back.returncode == 0, flat(back.stdout)[-3000:]
-    assert completion()[0] == 200
-    assert through_balancer(session="a")[:2] == (200, "spark1")
-    assert len(upstream_lines()) == 1
-    assert engine_marker("spark1") == ""
+    if switch_back:
+        assert completion()[0] == 200
+        assert through_balancer(session="a")[:2] == (200, "spark1")
+        assert len(upstream_lines()) == 1
+        assert engine_marker("spark1") == ""
+    else:
+        summary = run_summary(back.stdout)
+        assert "Layout: one TP=4 lane (spark1, spark2, spark3, spark4; head spark1)" in summary, summary
+        engine = next(line for line in summary if line.startswith("Engine: "))
+        assert "a real run would start this inventory's versions" in engine, engine
+        assert all(len(re.findall(r"%s runs \w+, wants \w+" % host, engine)) == 1 for host in HOSTS), engine
+        # The balancer's file would lose the second replica's upstream and keep the first's.
+        diff = flat(back.stdout)
+        assert re.search(r"^-\s*server 192\.168\.100\.13:8000", back.stdout, re.MULTILINE), diff[-3000:]
+        assert not re.search(r"^[-+]\s*server 192\.168\.100\.11:8000", back.stdout, re.MULTILINE), diff[-3000:]
+        assert {host: engine_container(host) for host in HOSTS} == fleet_containers, "check mode restarted a rank"
     # The whole file activates five versions or more on every node (upgrade, its way back,
     # the fleet, its roll, the rollback, the lane again): only engine_service_keep_versions
     # stay, the current and the previous one among them, each old one's secrets gone with it.
@@ -352,86 +382,83 @@ def test_the_fleet_serves_both_heads_sticky_and_a_second_run_changes_nothing(fle
                                          if line.startswith("spark")), flat(again.stdout)[-2000:]
 
 
-def test_a_rolling_upgrade_through_the_balancer_fails_no_request_and_cuts_no_stream(fleet):
-    """Short completions with new session keys through the balancer while restart.yml rolls
-    the replicas, and, as the roll begins, a stream pinned to the replica rolled first that
+def test_a_rolling_upgrade_drains_each_replica_cuts_no_stream_and_rolls_back_the_one_that_cannot_start(fleet, tmp_path):
+    """restart.yml rolls the replicas while short completions with new session keys go through
+    the balancer. As the roll begins, a stream pinned to the replica rolled first (spark1's)
     stays in flight until the drain has polled it (its engine frozen): the drain waits for it,
-    the replica is stopped only once it finished, no request fails, no stream is cut, and the
-    run says how long the drain waited."""
+    that replica is stopped only once the stream finished, the run says how long the drain
+    waited, and the replica serves the new version. spark4 (the worker of the replica rolled
+    second) cannot start the new version: that replica is rolled back on its own bound, both
+    of its ranks stopped and journals collected, and put back; the run fails saying the roll
+    stopped, and spark1's upgraded replica is not touched by the rollback. No request fails,
+    no stream is cut. (One roll for both outcomes: each replica costs a coordinated start.)"""
+    before = {host: deployed_record(host)["version"] for host in HOSTS}
+    override = host_override_args(tmp_path, "spark4:\n      engine_service_extra_mounts:\n"
+                                  "        - {src: /opt/dgxspark-sim/no-such-runtime, dest: /opt/vllm-runtime}\n")
+    since = node_state("spark3", "date -u '+%F %T'").strip()
     stream = StreamHeldInFlight("spark1")
+    upgraded = {}
+
+    def second_replica_drained():
+        upgraded.update({host: engine_container(host) for host in REPLICAS["spark1"]})
+
     with ServingMonitor(probe=balancer_probe) as client:
         started = time.monotonic()
         returncode, out, _killed = run_watched("restart.yml", {
             r"PLAY \[Restart \| Roll the replicas one at a time": stream.start,
             r"RETRYING: .*Wait for the drained replicas to finish": stream.polled.set,
-        }, extra_vars=marked("v2"))
-        TIMINGS["rolling upgrade"] = round(time.monotonic() - started, 1)
+            r"Draining the replica of spark3": second_replica_drained,
+        }, extra_vars=marked("v2"), args=override)
+        TIMINGS["rolling upgrade, second replica rolled back"] = round(time.monotonic() - started, 1)
         streamed = stream.join()
         time.sleep(3)
     out = flat(out)
-    assert returncode == 0, (re.findall(r"(?:fatal|ERROR).{0,800}", out) or [out[-3000:]])[:3]
-    assert "Draining the replica of spark1" in out and "Draining the replica of spark3" in out, out[-3000:]
-    failed = [sample for sample in client.samples if not sample[1]]
+    failed_requests = [sample for sample in client.samples if not sample[1]]
     longest = max(sample[2] for sample in client.samples)
     print("rolling upgrade: %d requests, %d failed, longest %.2f s; the stream %r, frozen %.1f s; %.1f s"
-          % (len(client.samples), len(failed), longest, streamed, stream.frozen_seconds or 0,
-             TIMINGS["rolling upgrade"]))
-    assert len(client.samples) > 20 and failed == [], failed[:5]
-    # The stream was in flight on spark1's replica when it was drained, and was not cut:
-    # the drain waited for it (polling its head) before the roll stopped that replica.
+          % (len(client.samples), len(failed_requests), longest, streamed, stream.frozen_seconds or 0,
+             TIMINGS["rolling upgrade, second replica rolled back"]))
+    assert returncode != 0, out[-3000:]
+    # The first replica: drained while the stream was in flight on it, which was not cut
+    # (the drain waited for it, polling its head, before the roll stopped that replica).
+    assert "Draining the replica of spark1" in out and "Draining the replica of spark3" in out, out[-3000:]
     assert streamed == (True, "spark1", None), streamed
     assert stream.polled.is_set(), "the drain never waited for the stream in flight"
     waited = re.search(r"The replica of spark1 finished its requests in flight (\d+) s after the drain", out)
     assert waited and int(waited.group(1)) >= 3, re.findall(r"The replica of spark[13][^\]',]*", out)
     assert "stopping it cuts them" not in out
-    # Both replicas answered during the roll (the other one served while one was drained).
-    assert {sample[4] for sample in client.samples} == {"spark1", "spark3"}
-    assert {host: engine_marker(host) for host in HOSTS} == dict.fromkeys(HOSTS, "v2")
-    after = [through_balancer(session="after-%d" % n) for n in range(8)]
-    assert all(status == 200 for status, _upstream, _text in after), after
-
-
-def test_a_replica_that_cannot_start_is_rolled_back_and_the_roll_stops_with_the_other_serving(fleet, tmp_path):
-    """spark2 (a worker of the first replica rolled) cannot start the new version: that replica
-    is rolled back, both of its ranks stopped and journals collected, and put back; the run
-    stops before the second replica, which never stopped. No request through the balancer fails."""
-    before = {host: deployed_record(host)["version"] for host in HOSTS}
-    untouched = {host: engine_container(host) for host in REPLICAS["spark3"]}
-    override = host_override_args(tmp_path, "spark2:\n      engine_service_extra_mounts:\n"
-                                  "        - {src: /opt/dgxspark-sim/no-such-runtime, dest: /opt/vllm-runtime}\n")
-    since = node_state("spark1", "date -u '+%F %T'").strip()
-    with ServingMonitor(probe=balancer_probe) as client:
-        result = timed("roll rolled back", "restart.yml", *override, extra_vars=marked("v3"))
-        time.sleep(2)
-    out = flat(result.stdout)
-    assert result.returncode != 0
-    assert "spark2: unit dgxspark-engine.service is failed" in out and "Rolled back from" in out, out[-3000:]
-    # The rollback waits on its own bound, not the new version's start timeout.
+    assert {host: engine_marker(host) for host in REPLICAS["spark1"]} == dict.fromkeys(REPLICAS["spark1"], "v2")
+    assert all(deployed_record(host)["version"] != before[host] for host in REPLICAS["spark1"])
+    # The second replica: spark4 could not start, so it was rolled back, waiting on its own
+    # bound rather than the new version's start timeout, and the roll stopped there.
+    assert "spark4: unit dgxspark-engine.service is failed" in out and "Rolled back from" in out, out[-3000:]
     rollback_timeout = group_vars()["engine_service_rollback_timeout"]
     assert rollback_timeout != group_vars()["engine_service_start_timeout"]
     assert "must serve again within engine_service_rollback_timeout=%d s" % rollback_timeout in out, out[-3000:]
-    assert "The replica of spark1 did not serve" in out and "The roll stops here" in out, out[-3000:]
-    assert "Draining the replica of spark3" not in out
-    # The head started the failed version and was stopped with it (spark2's rank never ran)...
-    failed = re.search(r"spark1: version (\w+) did not come up healthy", out).group(1)
-    journal = node_state("spark1", "journalctl -u dgxspark-engine.service --since '%s' --no-pager -o cat" % since)
+    assert "The replica of spark3 did not serve" in out and "The roll stops here" in out, out[-3000:]
+    # Its head started the failed version and was stopped with it (spark4's rank never ran)...
+    failed = re.search(r"spark3: version (\w+) did not come up healthy", out).group(1)
+    journal = node_state("spark3", "journalctl -u dgxspark-engine.service --since '%s' --no-pager -o cat" % since)
     events = [line for line in journal.splitlines() if line.startswith(("Started dgxspark-engine", "Stopped dgxspark-engine"))]
-    started = [i for i, line in enumerate(events) if line.startswith("Started") and "version %s)" % failed in line]
-    assert started and events[started[0] + 1].startswith("Stopped"), events
+    began = [i for i, line in enumerate(events) if line.startswith("Started") and "version %s)" % failed in line]
+    assert began and events[began[0] + 1].startswith("Stopped"), events
     # ...each rank's journal of the failed start reached the controller...
     logs = {host: sorted((ROOT / "reports" / "engine").glob("%s-*.log" % host), key=lambda path: path.stat().st_mtime)
-            for host in REPLICAS["spark1"]}
-    assert "no-such-runtime" in logs["spark2"][-1].read_text() and failed in logs["spark1"][-1].name
-    # ...the rolled-back replica serves its previous version again, back in the balancer...
-    assert {host: deployed_record(host)["version"] for host in HOSTS} == before
-    assert "rollback:" in node_state("spark2", "tail -n 1 /var/lib/dgxspark/engine/history.log")
+            for host in REPLICAS["spark3"]}
+    assert "no-such-runtime" in logs["spark4"][-1].read_text() and failed in logs["spark3"][-1].name
+    # ...and it serves its previous version again, back in the balancer.
+    assert {host: deployed_record(host)["version"] for host in REPLICAS["spark3"]} == \
+        {host: before[host] for host in REPLICAS["spark3"]}
+    assert {host: engine_marker(host) for host in REPLICAS["spark3"]} == dict.fromkeys(REPLICAS["spark3"], "")
+    assert "rollback:" in node_state("spark4", "tail -n 1 /var/lib/dgxspark/engine/history.log")
     assert [unit_state(host) for host in HOSTS] == ["active"] * 4
     assert not any(" down;" in line for line in upstream_lines()), upstream_lines()
-    # ...and the other replica never stopped.
-    assert {host: engine_container(host) for host in REPLICAS["spark3"]} == untouched
-    failures = [sample for sample in client.samples if not sample[1]]
-    print("roll rolled back: %d requests, %d failed" % (len(client.samples), len(failures)))
-    assert len(client.samples) > 20 and failures == [], failures[:5]
+    # The rollback of one replica touched no rank of the other.
+    assert upgraded and {host: engine_container(host) for host in REPLICAS["spark1"]} == upgraded
+    # Both replicas answered during the roll (one served while the other was drained), and
+    # no request failed.
+    assert len(client.samples) > 20 and failed_requests == [], failed_requests[:5]
+    assert {sample[4] for sample in client.samples} == {"spark1", "spark3"}
     assert {through_balancer(session="key-%d" % n)[1] for n in range(16)} == {"spark1", "spark3"}
 
 

@@ -315,13 +315,14 @@ def one_version_everywhere(hosts=None):
     return records
 
 
-def run_watched(playbook, watches, extra_vars=None, timeout=900):
-    """Run a playbook and call each callback of O(watches) ({pattern: callback}) once, the
-    first time a line of its output matches the pattern; a callback that returns True has
-    the controller SIGKILLed (its whole process group: the main process and the workers it
-    forked). A callback runs in the thread reading the output, so a long one starts its own
-    thread. Returns (returncode, output, killed)."""
-    cmd = ["ansible-playbook", "-i", str(INVENTORY), str(ROOT / "playbooks" / playbook)]
+def run_watched(playbook, watches, extra_vars=None, timeout=900, args=()):
+    """Run a playbook (with O(args) added, e.g. host_override_args) and call each callback
+    of O(watches) ({pattern: callback}) once, the first time a line of its output matches
+    the pattern; a callback that returns True has the controller SIGKILLed (its whole
+    process group: the main process and the workers it forked). A callback runs in the
+    thread reading the output, so a long one starts its own thread. Returns (returncode,
+    output, killed)."""
+    cmd = ["ansible-playbook", "-i", str(INVENTORY), *args, str(ROOT / "playbooks" / playbook)]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
