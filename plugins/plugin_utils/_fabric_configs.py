@@ -39,6 +39,8 @@ from collections.abc import Mapping
 
 import yaml
 
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_plan import truthy
+
 
 class FabricConfigError(Exception):
     """The links or the read are not of the shape this module reads."""
@@ -142,10 +144,6 @@ def _int(value):
         return None
 
 
-def _truthy(value):
-    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
-
-
 def _planned(links, mtu):
     """[(position, netdev, {interface}, mtu)] of the links of a usable shape."""
     planned = []
@@ -246,7 +244,7 @@ def _netplan_differences(conf, wanted, mtu):
     if conf.get("mtu") is not None and _int(conf.get("mtu")) != mtu:
         differences.append("mtu %s, expected %s" % (conf.get("mtu"), mtu))
     for key in ("dhcp4", "dhcp6"):
-        if _truthy(conf.get(key)):
+        if truthy(conf.get(key)):
             differences.append("%s: true, expected a static address without DHCP" % key)
     return differences
 
@@ -279,7 +277,7 @@ def _keyfile_summary(keyfile):
 def _nm_generated(keyfile):
     """Whether NetworkManager wrote the connection itself (the automatic "Wired connection N", or
     the one it assumes for an address another program set): it holds no configuration of a user's."""
-    return _truthy(keyfile.get(".nmmeta", {}).get("nm-generated"))
+    return truthy(keyfile.get(".nmmeta", {}).get("nm-generated"))
 
 
 def _nm_devices(text):
@@ -329,7 +327,7 @@ def fabric_config_verdict(host, links, mtu, found, context=None):
         raise FabricConfigError("found netplan is %s; expected path -> text" % _kind(netplan))
     networks = []
     for path in sorted(netplan):
-        if not _truthy(context.get("netplan_installed", True)):
+        if not truthy(context.get("netplan_installed", True)):
             continue
         text = netplan[path]
         if text is None:

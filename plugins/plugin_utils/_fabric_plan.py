@@ -263,7 +263,9 @@ def parse_hca_netdevs(value):
     return found
 
 
-def _truthy(value):
+def truthy(value):
+    """A node's or a file's yes/no as YAML, a keyfile or a shell gives it (True, "yes",
+    "true", "on", "1"), the one reading of the fabric's modules."""
     if isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "on", "1")
     return bool(value)
@@ -472,7 +474,7 @@ def node_problems(host, links, found, facts=None, management=None):
         if holders:
             problems.append("%s: fabric address %s for %s is already on %s. Remove it there or choose another "
                             "roce_fabric_address." % (host, link.get("address"), netdev, ", ".join(holders)))
-    if _truthy(found.get("netplan_missing")):
+    if truthy(found.get("netplan_missing")):
         problems.append("%s: roce_fabric_backend is netplan but /usr/sbin/netplan is missing; install netplan.io "
                         "or set roce_fabric_backend to auto or networkd." % host)
     problems.extend(_renderer_problems(host, found))
@@ -484,11 +486,11 @@ def _renderer_problems(host, found):
     is reached through netplan only, and only where it runs."""
     if str(found.get("renderer") or "networkd") != "NetworkManager":
         return []
-    nm_running = _truthy(found.get("nm_running"))
+    nm_running = truthy(found.get("nm_running"))
     if not nm_running:
         return ["%s: roce_fabric_renderer is NetworkManager but NetworkManager.service does not run; start it "
                 "(systemctl enable --now NetworkManager) or set roce_fabric_renderer to auto or networkd." % host]
-    if "use_netplan" in found and not _truthy(found.get("use_netplan")):
+    if "use_netplan" in found and not truthy(found.get("use_netplan")):
         why = ("roce_fabric_renderer is NetworkManager" if found.get("renderer_setting") == "NetworkManager"
                else "NetworkManager runs on the node (roce_fabric_renderer auto picks it)")
         return ["%s: %s, but roce_fabric_backend writes systemd-networkd files, which NetworkManager does not "

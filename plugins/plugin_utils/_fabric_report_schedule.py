@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_plan import links_shape_problems
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_plan import links_shape_problems, truthy
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report import _normalise_thresholds
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._fabric_report_parsers import FabricReportError
 
@@ -93,18 +93,12 @@ def _changed_hosts(changed):
     if changed is True:
         return ["a node"]
     if isinstance(changed, Mapping):
-        return sorted(str(host) for host, value in changed.items() if _truthy(value))
+        return sorted(str(host) for host, value in changed.items() if truthy(value))
     if isinstance(changed, (str, bytes)) or not isinstance(changed, Sequence):
         raise FabricScheduleError(
             "changed must be a mapping host -> bool, a list of changed hosts or a bool, got %r" % (changed,)
         )
     return sorted(str(host) for host in changed)
-
-
-def _truthy(value):
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "yes", "on", "1")
-    return bool(value)
 
 
 def _previous(report):
@@ -156,7 +150,7 @@ def schedule(report, digest, mode="auto", changed=None, requested=False, path="t
         return _verdict(False, "fabric_report_run is never", "Fabric report: not measured (fabric_report_run=never)", last)
     if mode == "always":
         return _measure("fabric_report_run is always", last)
-    if _truthy(requested):
+    if truthy(requested):
         return _measure("asked for with --tags fabric_report", last)
     if hosts:
         return _measure("the fabric configuration of %s changed in this run" % ", ".join(hosts), last)
