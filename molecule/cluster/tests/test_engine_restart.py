@@ -333,7 +333,7 @@ def fleet(request):
     else:
         summary = run_summary(back.stdout)
         assert "Layout: one TP=4 lane (spark1, spark2, spark3, spark4; head spark1)" in summary, summary
-        engine = next(line for line in summary if line.startswith("Engine: "))
+        (engine,) = [line for line in summary if line.startswith("Engine: ")]
         assert "a real run would start this inventory's versions" in engine, engine
         assert all(len(re.findall(r"%s runs \w+, wants \w+" % host, engine)) == 1 for host in HOSTS), engine
         # The balancer's file would lose the second replica's upstream and keep the first's.
