@@ -111,19 +111,30 @@ def test_env_and_secrets_files_are_root_only(host):
     assert [line.split()[:2] for line in listing.splitlines()] == [["700", "root"], ["600", "root"], ["600", "root"]]
 
 
-def test_the_api_key_guards_the_api_and_appears_nowhere_it_could_be_read(tmp_path):
+def test_stopped_watchdogs_and_a_lost_secrets_file_come_back_without_a_restart_and_the_key_is_nowhere(tmp_path):
+    """One site.yml run, under -vvv, puts back what was lost beside serving ranks: every
+    node's watchdog, stopped by hand, and spark2's secrets file, so the API key really passes
+    through a module call. No rank restarts, and the key and the Hub token appear nowhere
+    they could be read."""
     # The key is in use: the API refuses a request without it.
     assert completion(api_key="")[0] == 401
     assert completion()[0] == 200
     token = (ROOT / "molecule" / "resources" / "standins" / "hf_hub.token").read_text().strip()
-    # spark2 lost its secrets file: the run writes it again, so the key really
-    # passes through a module call under -vvv.
+    before = {host: engine_container(host) for host in HOSTS}
+    for host in HOSTS:
+        node_state(host, "systemctl stop dgxspark-engine-watchdog.service")
     secrets = "/etc/dgxspark/engine/versions/%s/secrets.env" % deployed_record("spark2")["version"]
     node_state("spark2", "rm " + secrets)
     log = tmp_path / "ansible.log"
     result = run_playbook("site.yml", "-vvv", env={"ANSIBLE_LOG_PATH": str(log)})
     assert result.returncode == 0, flat(result.stdout)[-3000:]
     assert log.stat().st_size > 0
+    # One change on each node (its watchdog started), one more on spark2 (its secrets file).
+    recap = dict(re.findall(r"^(spark\d)\s+:.*?changed=(\d+)", result.stdout, re.MULTILINE))
+    assert recap == {"spark1": "1", "spark2": "2", "spark3": "1", "spark4": "1"}, recap
+    assert [unit_state(host, "dgxspark-engine-watchdog.service") for host in HOSTS] == ["active"] * 4
+    assert {host: engine_container(host) for host in HOSTS} == before
+    assert completion()[0] == 200
     assert node_state("spark2", "stat -c '%a %U' " + secrets).split() == ["600", "root"]
     places = {"the -vvv output and log": result.stdout + result.stderr + log.read_text()}
     for host in HOSTS:
@@ -206,19 +217,6 @@ def test_a_rerun_of_site_yml_restarts_nothing_and_measures_no_fabric_again():
     assert all(re.fullmatch(r"\S+\s+\d+\.\d s", part) for part in parts), parts
     assert API_KEY not in result.stdout
     assert run_summary_curl(summary) == "200"
-
-
-def test_watchdogs_stopped_by_hand_come_back_without_a_restart():
-    before = {host: engine_container(host) for host in HOSTS}
-    for host in HOSTS:
-        node_state(host, "systemctl stop dgxspark-engine-watchdog.service")
-    result = run_playbook("site.yml")
-    assert result.returncode == 0, flat(result.stdout)[-3000:]
-    recap = [line for line in result.stdout.splitlines() if re.match(r"^spark\d\s+:", line)]
-    assert len(recap) == 4 and all("changed=1 " in line for line in recap), recap
-    assert [unit_state(host, "dgxspark-engine-watchdog.service") for host in HOSTS] == ["active"] * 4
-    assert {host: engine_container(host) for host in HOSTS} == before
-    assert completion()[0] == 200
 
 
 def test_the_units_pass_systemd_analyze_and_a_unit_it_refuses_replaces_nothing():

@@ -3,7 +3,8 @@
 """Unsound engine inventories are refused by site.yml in its preflight play,
 each with a message naming the variable and the fix, before any node changes.
 A secret given in plain text is refused there too, with a readable message
-that does not show it. The cases run side by side (none changes a node)."""
+that does not show it. Several cases share a run, and the runs go side by side
+(none changes a node)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,12 @@ import pytest
 from helpers import (
     ROOT,
     assert_nothing_changed,
+    batched_refusals,
     engine_container,
     flat,
     group_vars,
-    host_override_args,
     inventory_hosts,
     node_file_digests,
-    run_side_by_side,
     selected_cases,
 )
 
@@ -160,21 +160,32 @@ def engine_state():
     return node_file_digests(HOSTS, ENGINE_FILES), {host: engine_container(host) for host in HOSTS}
 
 
+# Cases one run carries together (helpers.batched_refusals): the engine configuration check
+# names every problem of the cluster at once, and the container checks every argument, so
+# cases of different variables share a run. The cases of one variable (the capture size,
+# the speculative configuration, the ranks, the patches, which must not share a destination)
+# go to different runs, and so do the checks that stop a run before the next one looks (the
+# patches, the API key, the Hub token).
+BATCHES = (
+    ("TP x replicas differs from the hosts", "rank gap", "capture size 8 inherited from a TP=2 config",
+     "extra_args repeating a managed flag", "API on the rendezvous port", "--privileged", "--pid=host",
+     "seccomp=unconfined", "--cap-add ALL", "device outside the allow-list", "env sets a variable the collection sets"),
+    ("one rank for every host", "capture size not a multiple of 1 + k", "capture sizes inside compilation_config",
+     "--privileged on one host only"),
+)
+
+
 @pytest.fixture(scope="module")
 def refused(request, tmp_path_factory):
-    """Every selected case's site.yml, run side by side (each is refused in the preflight
-    play, before any change): {case: CompletedProcess}. The engine's files and containers
-    are read before and after the whole batch; a case that changed a node fails them all."""
-    runs = {}
-    for case in selected_cases(request, "test_unsound_engine_inventory_is_refused_before_any_change",
-                               "test_a_secret_in_plain_text_is_refused_readably_before_any_change"):
-        change = REFUSALS[case][0] if case in REFUSALS else SECRETS[case][0]
-        if isinstance(change, str):
-            runs[case] = ("site.yml", host_override_args(tmp_path_factory.mktemp("override"), change), None)
-        else:
-            runs[case] = ("site.yml", [], change)
+    """Every selected case's site.yml, several cases to a run and the runs side by side (each
+    is refused in the preflight play, before any change): {case: CompletedProcess}. The
+    engine's files and containers are read before and after the whole batch; a case that
+    changed a node fails them all."""
+    cases = selected_cases(request, "test_unsound_engine_inventory_is_refused_before_any_change",
+                           "test_a_secret_in_plain_text_is_refused_readably_before_any_change")
+    changes = {case: REFUSALS[case][0] if case in REFUSALS else SECRETS[case][0] for case in cases}
     before = engine_state()
-    results = run_side_by_side(runs)
+    results = batched_refusals(changes, BATCHES, tmp_path_factory)
     assert engine_state() == before, "a refused run changed a node"
     return results
 

@@ -9,7 +9,6 @@ nor in any process's arguments while the weights are fetched."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import threading
@@ -85,41 +84,26 @@ def test_a_missing_or_foreign_image_is_named_and_repaired():
     node_state("spark4", "docker image prune --force >/dev/null")
 
 
-def test_an_interrupted_weight_sync_resumes_from_the_partial_file():
+def test_partial_damaged_and_missing_weights_are_named_and_repaired_and_the_hub_token_stays_hidden(tmp_path):
+    """Three losses, repaired by one run: spark2's copy was cut off halfway (what rsync
+    --partial leaves), spark3's has the right size and mtime but other bytes (only the
+    content check sees it), and the source lost a file it fetches from the Hub again, so
+    the token is really used. A check-only run names the damage; the repairing run, under
+    -vvv and logged, resumes spark2 from its half, restores spark3 and fetches the file,
+    while neither its log nor any process list of the controller or the nodes shows the token."""
     weights = WEIGHTS + "/model.safetensors"
     size = int(node_state("spark2", "stat -c %%s %s" % weights))
-    # What rsync --partial leaves when a pull is cut off halfway.
-    node_state("spark2", "truncate -s %d %s" % (size // 2, weights))
-    result = run_playbook(HARNESS)
-    out = flat(result.stdout)
-    assert result.returncode == 0, out[-3000:]
-    assert int(node_state("spark2", "stat -c %%s %s" % weights)) == size
-    # The pull said what it moved.
-    assert re.search(r"spark2 \| weights sync: [\d.]+ [kMGT]?B in \d+[smh]", out), out[-3000:]
-    # rsync reused the half it had: matched data is not zero.
-    report = [line for line in result.stdout.splitlines() if "Matched data:" in line]
-    assert report and any("Matched data: 0 bytes" not in line for line in report), report
-
-
-def test_a_damaged_weight_file_is_named_and_repaired():
-    weights = WEIGHTS + "/model.safetensors"
     good = node_state(SOURCE, "sha256sum %s" % weights).split()[0]
-    # Same size and mtime: only the content check can see it.
-    node_state("spark2", f"cp -p {weights} /root/stamp && printf 'XXXX' | dd of={weights} bs=1 seek=4096 conv=notrunc 2>/dev/null "
+    node_state("spark2", "truncate -s %d %s" % (size // 2, weights))
+    node_state("spark3", f"cp -p {weights} /root/stamp && printf 'XXXX' | dd of={weights} bs=1 seek=4096 conv=notrunc 2>/dev/null "
                          f"&& touch -r /root/stamp {weights}")
+    node_state(SOURCE, "rm -f %s/config.json" % WEIGHTS)
     checked = run_playbook(HARNESS, extra_vars={"sim_only": "verify", "model_weights_verify_checksums": "full",
                                                 "sim_expected_image_id": upstream_image_id()})
     out = flat(checked.stdout)
     assert checked.returncode != 0
-    assert "Damaged: spark2:%s" % weights in out, out[-3000:]
-    repaired = run_playbook(HARNESS, extra_vars={"model_weights_verify_checksums": "full"})
-    assert repaired.returncode == 0, flat(repaired.stdout)[-3000:]
-    assert node_state("spark2", "sha256sum %s" % weights).split()[0] == good
+    assert "Damaged: spark3:%s" % weights in out, out[-3000:]
 
-
-def test_the_hub_token_stays_out_of_logs_and_process_lists(tmp_path):
-    # The source fetches one file again, so the token is really used.
-    node_state(SOURCE, "rm -f %s/config.json" % WEIGHTS)
     seen, stop = [], threading.Event()
 
     def sample_processes():
@@ -134,16 +118,24 @@ def test_the_hub_token_stays_out_of_logs_and_process_lists(tmp_path):
     sampler = threading.Thread(target=sample_processes, daemon=True)
     sampler.start()
     try:
-        os.environ["ANSIBLE_LOG_PATH"] = str(log)
-        result = run_playbook(HARNESS, "-vvv")
+        result = run_playbook(HARNESS, "-vvv", extra_vars={"model_weights_verify_checksums": "full"},
+                              env={"ANSIBLE_LOG_PATH": str(log)})
     finally:
-        os.environ.pop("ANSIBLE_LOG_PATH", None)
         stop.set()
         sampler.join()
-    assert result.returncode == 0, flat(result.stdout)[-3000:]
+    out = flat(result.stdout)
+    assert result.returncode == 0, out[-3000:]
+    # spark2 resumed: rsync reused the half it had (matched data is not zero), and said what it moved.
+    assert int(node_state("spark2", "stat -c %%s %s" % weights)) == size
+    assert re.search(r"spark2 \| weights sync: [\d.]+ [kMGT]?B in \d+[smh]", out), out[-3000:]
+    report = [line for line in result.stdout.splitlines() if "Matched data:" in line]
+    assert report and any("Matched data: 0 bytes" not in line for line in report), report
+    # spark3 holds the source's bytes again.
+    assert {host: node_state(host, "sha256sum %s" % weights).split()[0] for host in ("spark2", "spark3")} == \
+        {"spark2": good, "spark3": good}
+    # The source fetched its file again and said what it fetched.
     assert "config.json" in node_state(SOURCE, "ls %s" % WEIGHTS)
-    # The download said what it fetched.
-    assert re.search(r"%s \| weights download: [\d.]+ [kMGT]?B in \d+[smh]" % SOURCE, flat(result.stdout))
+    assert re.search(r"%s \| weights download: [\d.]+ [kMGT]?B in \d+[smh]" % SOURCE, out), out[-3000:]
     assert log.stat().st_size > 0 and len(seen) > 10
     assert TOKEN not in log.read_text()
     assert TOKEN not in result.stdout + result.stderr

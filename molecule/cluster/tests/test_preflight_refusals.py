@@ -17,12 +17,12 @@ import yaml
 from helpers import (
     INVENTORY,
     assert_nothing_changed,
+    batched_refusals,
     flat,
     group_vars,
     host_override_args,
     node_state,
     run_playbook,
-    run_side_by_side,
     selected_cases,
 )
 
@@ -69,11 +69,21 @@ REFUSALS = [
 REFUSALS = {next(iter(extra_vars)): (extra_vars, message) for extra_vars, message in REFUSALS}
 
 
+# Cases one run carries together (helpers.batched_refusals): the node checks name every
+# problem of a node at once, and so does the check of the later roles' inputs.
+BATCHES = (
+    ("preflight_min_memory_mb", "preflight_supported_architectures", "preflight_disk_requirements",
+     "preflight_supported_systems", "preflight_expected_gpu_names"),
+    ("engine_image_strategy", "fabric_report_ping_count"),
+)
+
+
 @pytest.fixture(scope="module")
-def refused(request):
-    """The selected cases' site.yml runs, side by side (each is refused before any change)."""
+def refused(request, tmp_path_factory):
+    """The selected cases' site.yml runs, several cases to a run and the runs side by side
+    (each is refused before any change)."""
     cases = selected_cases(request, "test_site_refuses_unsuitable_nodes")
-    return run_side_by_side({case: ("site.yml", [], REFUSALS[case][0]) for case in cases})
+    return batched_refusals({case: REFUSALS[case][0] for case in cases}, BATCHES, tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", list(REFUSALS))

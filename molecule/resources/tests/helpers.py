@@ -69,6 +69,41 @@ def run_side_by_side(runs, workers=4):
         return {name: future.result() for name, future in started.items()}
 
 
+def batched_refusals(changes, batches, directory_factory, playbook="site.yml"):
+    """Run refusal cases side by side, several cases to a run: O(changes) is {case: change},
+    a change being extra vars (a dict) or host entries of an override inventory (YAML text,
+    as host_override_args takes); O(batches) is a sequence of case tuples that one run
+    carries together, a case in none running alone. Only for cases whose checks report
+    every problem they find in one refusal (and before any change): a case's test still
+    looks for its own message in its batch's output. Two cases of a batch may set the same
+    variable only to the same value or to lists, which are joined; two host overrides in a
+    batch must name different hosts. Returns {case: CompletedProcess}."""
+    batch_of = {case: batch for batch in batches for case in batch}
+    runs, members = {}, {}
+    for case in changes:
+        members.setdefault(batch_of.get(case, (case,)), []).append(case)
+    for batch, cases in members.items():
+        extra_vars, overrides = {}, []
+        for case in cases:
+            change = changes[case]
+            if isinstance(change, str):
+                host = change.split(":", 1)[0]
+                assert all(not other.startswith(host + ":") for other in overrides), \
+                    "batch %r overrides %s twice; give those cases separate runs" % (batch, host)
+                overrides.append(change)
+                continue
+            for name, value in change.items():
+                if name in extra_vars and extra_vars[name] != value:
+                    assert isinstance(value, list) and isinstance(extra_vars[name], list), \
+                        "batch %r sets %s to different values; give those cases separate runs" % (batch, name)
+                    value = extra_vars[name] + value
+                extra_vars[name] = value
+        args = host_override_args(directory_factory.mktemp("override"), "    ".join(overrides)) if overrides else []
+        runs[batch] = (playbook, args, extra_vars or None)
+    results = run_side_by_side(runs)
+    return {case: results[batch] for batch, cases in members.items() for case in cases}
+
+
 def selected_cases(request, *functions, param="case"):
     """The O(param) values of the module's tests named O(functions) that this session runs
     (all of them, or those -k or a node id chose): what a module fixture batching the
