@@ -77,19 +77,21 @@ def batched_refusals(changes, batches, directory_factory, playbook="site.yml"):
     every problem they find in one refusal (and before any change): a case's test still
     looks for its own message in its batch's output. Two cases of a batch may set the same
     variable only to the same value or to lists, which are joined; two host overrides in a
-    batch must name different hosts. Returns {case: CompletedProcess}."""
+    batch must name different hosts, and a variable a host override sets must not be an extra
+    var of the batch too (the extra var would hide it). Returns {case: CompletedProcess}."""
     batch_of = {case: batch for batch in batches for case in batch}
     runs, members = {}, {}
     for case in changes:
         members.setdefault(batch_of.get(case, (case,)), []).append(case)
     for batch, cases in members.items():
-        extra_vars, overrides = {}, []
+        extra_vars, overrides, overridden = {}, [], {}
         for case in cases:
             change = changes[case]
             if isinstance(change, str):
-                host = change.split(":", 1)[0]
-                assert all(not other.startswith(host + ":") for other in overrides), \
-                    "batch %r overrides %s twice; give those cases separate runs" % (batch, host)
+                # The host entries as host_override_args places them: every host indented alike.
+                for host, host_vars in yaml.safe_load("    " + change).items():
+                    assert host not in overridden, "batch %r overrides %s twice; give those cases separate runs" % (batch, host)
+                    overridden[host] = set(host_vars)
                 overrides.append(change)
                 continue
             for name, value in change.items():
@@ -98,6 +100,9 @@ def batched_refusals(changes, batches, directory_factory, playbook="site.yml"):
                         "batch %r sets %s to different values; give those cases separate runs" % (batch, name)
                     value = extra_vars[name] + value
                 extra_vars[name] = value
+        hidden = set().union(*overridden.values()) & set(extra_vars)
+        assert not hidden, "batch %r sets %s as extra vars and in a host override; give those cases separate runs" \
+            % (batch, ", ".join(sorted(hidden)))
         args = host_override_args(directory_factory.mktemp("override"), "    ".join(overrides)) if overrides else []
         runs[batch] = (playbook, args, extra_vars or None)
     results = run_side_by_side(runs)
