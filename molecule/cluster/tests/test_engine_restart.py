@@ -81,10 +81,10 @@ CONFIG = "/etc/nginx/conf.d/dgxspark-balancer.conf"
 TIMINGS = {}
 
 
-def through_balancer(session=None, path="/v1/completions", timeout=30, api_key=API_KEY):
+def through_balancer(session=None, path="/v1/completions", timeout=30, api_key=API_KEY, max_tokens=2):
     """(status or error text, X-Upstream, completion text) of one request through the balancer."""
     body = json.dumps({"model": group_vars()["engine_service_served_model_name"], "prompt": "Hello",
-                       "max_tokens": 2, "temperature": 0}).encode() if path.startswith("/v1/") else None
+                       "max_tokens": max_tokens, "temperature": 0}).encode() if path.startswith("/v1/") else None
     headers = {"Content-Type": "application/json", "Authorization": "Bearer " + api_key}
     if session is not None:
         headers["X-Session-ID"] = session
@@ -100,8 +100,9 @@ def through_balancer(session=None, path="/v1/completions", timeout=30, api_key=A
 
 def balancer_probe(number, started):
     """One completion through the balancer with a new session key (so both replicas get
-    traffic): (started, answered 200, seconds, status, upstream)."""
-    status, upstream, _text = through_balancer(session="fleet-%d" % number, timeout=60)
+    traffic): (started, answered 200, seconds, status, upstream). One token, as
+    ServingMonitor's own probe asks."""
+    status, upstream, _text = through_balancer(session="fleet-%d" % number, timeout=60, max_tokens=1)
     return (started, status == 200, time.monotonic() - started, status, upstream)
 
 
