@@ -41,6 +41,7 @@ import pytest
 
 from helpers import (
     API_KEY,
+    PROBE_MAX_TOKENS,
     ROOT,
     ServingMonitor,
     completion,
@@ -100,9 +101,9 @@ def through_balancer(session=None, path="/v1/completions", timeout=30, api_key=A
 
 def balancer_probe(number, started):
     """One completion through the balancer with a new session key (so both replicas get
-    traffic): (started, answered 200, seconds, status, upstream). One token, as
-    ServingMonitor's own probe asks."""
-    status, upstream, _text = through_balancer(session="fleet-%d" % number, timeout=60, max_tokens=1)
+    traffic): (started, answered 200, seconds, status, upstream), as few tokens as
+    ServingMonitor's own probe asks for."""
+    status, upstream, _text = through_balancer(session="fleet-%d" % number, timeout=60, max_tokens=PROBE_MAX_TOKENS)
     return (started, status == 200, time.monotonic() - started, status, upstream)
 
 

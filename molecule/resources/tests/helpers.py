@@ -256,6 +256,11 @@ def deployed_record(host):
     return json.loads(node_state(host, "cat /etc/dgxspark/engine/current/version.json"))
 
 
+# Tokens a serving probe asks for (ServingMonitor's own probe, the fleet's through the balancer):
+# see ServingMonitor for why one.
+PROBE_MAX_TOKENS = 1
+
+
 class ServingMonitor:
     """Sends a request every `interval` seconds in a thread and records each
     one, to measure the serving gap of a restart. By default the request is
@@ -272,7 +277,7 @@ class ServingMonitor:
 
         self.interval = interval
         self.samples = []
-        self._probe = probe or (lambda _number, started: (started, completion(max_tokens=1, timeout=10)[0] == 200))
+        self._probe = probe or (lambda _number, started: (started, completion(max_tokens=PROBE_MAX_TOKENS, timeout=10)[0] == 200))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
