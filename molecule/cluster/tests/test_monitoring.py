@@ -2,11 +2,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Monitoring on the serving cluster: every target up, vLLM metrics from the head and
 GPU/NIC metrics from every node (the stand-ins), and the alerts the field needs firing
-when their failure happens: NIC errors rising in the stand-in tree, a stalled engine. (The
-rank-down alert fires in test_engine_restart.py, on the rank of the node rebooted there, so
-the suite pays for one outage, not two.) The simulated inventory uses 2 s intervals and
-short 'for' times (inventory/simulated/group_vars/dgxspark_cluster/monitoring.yml); each
-alert's time to fire is printed and written to reports/monitoring/alert-times.json."""
+when their failure happens: NIC errors rising in the stand-in tree, a stalled engine, and
+at once a stopped node-exporter, a stopped collector, a port below its rate and a frozen API
+server. (The rank-down alert fires in test_engine_restart.py, on the rank of the node
+rebooted there, so the suite pays for one outage, not two.) The simulated inventory uses
+2 s scrapes, a 5 s collector and short 'for' times
+(inventory/simulated/group_vars/dgxspark_cluster/monitoring.yml); each alert's time to fire
+is printed and written to reports/monitoring/alert-times.json."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from helpers import (
     query,
     record_alert_time,
     run_playbook,
+    wait_for,
     wait_for_alert,
 )
 
@@ -91,5 +94,54 @@ def test_a_stalled_engine_fires_the_wedge_alert_and_serves_again():
     finally:
         worker.join(150)
     assert results and results[0][0] == 200, results
+    status, text = completion()
+    assert status == 200 and text, (status, text)
+
+
+def test_a_stopped_exporter_a_stopped_collector_a_slow_link_and_a_frozen_api_server_fire_their_alerts():
+    """Four failures at once, one per node, so the suite waits once for the slowest alert
+    (the stale metrics): node-exporter stopped (node down), the collector's timer stopped
+    (metrics stale), the fabric port's rate in the stand-in tree dropped to half (link
+    degraded) and the head's API server frozen (replica down, thawed as soon as it fired,
+    before the watchdog's second failed probe). status.yml names each firing alert and the
+    target that is down, and still passes: every rank serves. Everything is put back, and
+    every alert resolves before the next test."""
+    head = next(host for host, hv in HOSTS.items() if hv["engine_service_rank"] == 0)
+    exporter_host, collector_host, link_host = [host for host in sorted(HOSTS) if host != head][:3]
+    rate = "%s/class/infiniband/%s/ports/1/rate" % (GV["roce_fabric_sysfs_root"], GV["roce_fabric_hca"])
+    full_rate = docker_exec(link_host, "cat " + rate).stdout.strip()
+    # The API server is the engine core's parent (vLLM starts the core from it).
+    api_server = docker_exec(head, "ps -o ppid= -p %s" % head_pid(head, "VLLM::EngineCor")).stdout.strip()
+    expected = {
+        "DgxsparkEngineReplicaDown": {"host": head, "job": "vllm"},
+        "DgxsparkNodeDown": {"host": exporter_host, "job": "node"},
+        "DgxsparkNodeMetricsStale": {"host": collector_host},
+        "DgxsparkFabricLinkDegraded": {"host": link_host},
+    }
+    began = time.monotonic()
+    try:
+        docker_exec(exporter_host, "systemctl stop prometheus-node-exporter.service")
+        docker_exec(collector_host, "systemctl stop dgxspark-node-metrics.timer")
+        docker_exec(link_host, "echo '100 Gb/sec (2X HDR)' > %s.new && mv %s.new %s" % (rate, rate, rate))
+        docker_exec(head, "kill -STOP %s" % api_server)
+        try:
+            record_alert_time("DgxsparkEngineReplicaDown", wait_for_alert(
+                "DgxsparkEngineReplicaDown", expected["DgxsparkEngineReplicaDown"], 40, since=began))
+        finally:
+            docker_exec(head, "kill -CONT %s" % api_server)
+        for name in ("DgxsparkNodeDown", "DgxsparkFabricLinkDegraded", "DgxsparkNodeMetricsStale"):
+            record_alert_time(name, wait_for_alert(name, expected[name], 90, since=began))
+        result = run_playbook("status.yml")
+        out = flat(result.stdout)
+        assert result.returncode == 0, out[-3000:]
+        for name in ("DgxsparkNodeDown", "DgxsparkFabricLinkDegraded", "DgxsparkNodeMetricsStale"):
+            assert re.search(r"FIRING %s \([^)]*host=%s" % (name, expected[name]["host"]), out), (name, out[-3000:])
+        assert re.search(r"%s rank \d \(node, http://[0-9.]+:9100/metrics\): down" % exporter_host, out), out[-3000:]
+    finally:
+        docker_exec(head, "kill -CONT %s" % api_server)
+        docker_exec(exporter_host, "systemctl start prometheus-node-exporter.service")
+        docker_exec(collector_host, "systemctl start dgxspark-node-metrics.timer")
+        docker_exec(link_host, "echo '%s' > %s.new && mv %s.new %s" % (full_rate, rate, rate, rate))
+    assert wait_for(lambda: not any(firing(name) for name in expected), 60), {name: firing(name) for name in expected}
     status, text = completion()
     assert status == 200 and text, (status, text)

@@ -155,7 +155,7 @@ def test_the_existing_configurations_are_read_and_judged_with_the_node(results):
 NM_READ = dict(READ, stdout=READ["stdout"].replace("enabled 1 disabled\nactive 3 inactive",
                                                    "enabled 0 enabled\nactive 0 active"))
 NM_NODE = dict(NODE, roce_fabric_node_state=parse_read(NM_READ, SPEC))
-RENDERED = {"renderer": "{{ roce_fabric_netplan_renderer }}", "running": "{{ roce_fabric_renderer_running }}",
+RENDERED = {"renderer": "{{ roce_fabric_link_owner }}", "running": "{{ roce_fabric_renderer_running }}",
             "netplan": "{{ roce_fabric_netplan_content }}", "problems": NODE_PROBLEMS}
 NM_AUTO = case(NM_NODE, **RENDERED)
 NM_ASKED_FOR_NETWORKD = case(dict(NM_NODE, roce_fabric_renderer="networkd"), **RENDERED)
