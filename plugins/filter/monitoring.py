@@ -7,6 +7,7 @@ from ansible_collections.dgxspark.cluster.plugins.filter.node_software import pl
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import as_filter
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._monitoring import (
     MonitoringError,
+    alertmanager_config,
     prometheus_config,
     prometheus_rules,
     query_url,
@@ -18,6 +19,10 @@ def _config(settings):
     return prometheus_config(plain(settings))
 
 
+def _alertmanager(settings):
+    return alertmanager_config(plain(settings))
+
+
 def _rules(settings):
     return prometheus_rules(plain(settings))
 
@@ -25,6 +30,7 @@ def _rules(settings):
 class FilterModule:
     def filters(self):
         return {
+            "monitoring_alertmanager_config": as_filter(_alertmanager, MonitoringError),
             "monitoring_prometheus_config": as_filter(_config, MonitoringError),
             "monitoring_prometheus_rules": as_filter(_rules, MonitoringError),
             "monitoring_query_url": as_filter(query_url, MonitoringError),

@@ -60,7 +60,8 @@ def prometheus_config(settings):
 
     O(settings): scrape_interval, scrape_timeout, evaluation_interval, rules_file,
     nodes ([{host, address, rank}]), exporter_port, heads ([{host, address, rank}]),
-    engine_port, extra_scrape_configs (list)."""
+    engine_port, extra_scrape_configs (list), alertmanager (HOST:PORT Prometheus sends
+    its alerts to, empty or absent for none)."""
     nodes = list(settings.get("nodes") or [])
     heads = list(settings.get("heads") or [])
     if not nodes:
@@ -82,7 +83,7 @@ def prometheus_config(settings):
          "labels": dict(_target_labels(head, ("host", "rank")), replica=str(head["host"]))}
         for head in heads
     ]
-    return {
+    config = {
         "global": {
             "scrape_interval": _duration(settings, "scrape_interval"),
             "scrape_timeout": _duration(settings, "scrape_timeout"),
@@ -93,6 +94,68 @@ def prometheus_config(settings):
             {"job_name": "node", "static_configs": node_targets},
             {"job_name": "vllm", "metrics_path": "/metrics", "static_configs": head_targets},
         ] + list(settings.get("extra_scrape_configs") or []),
+    }
+    if settings.get("alertmanager"):
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [str(settings["alertmanager"])]}]}]}
+    return config
+
+
+_SMARTHOST_RE = re.compile(r"\A(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}\Z")
+
+
+def alert_receivers_set(settings):
+    """Whether O(settings) (as for :func:`alertmanager_config`) name any receiver."""
+    return bool(settings.get("webhook_urls") or str(settings.get("email_to") or "").strip())
+
+
+def alertmanager_config(settings):
+    """The alertmanager.yml that sends every alert of the cluster to the inventory's receivers.
+
+    O(settings): webhook_urls (list of http(s) URLs), email_to, email_from, email_smarthost
+    (HOST:PORT of the mail relay), email_require_tls (bool), alert_group_wait,
+    alert_group_interval, alert_repeat_interval (Prometheus durations). Each firing alert and its resolution is sent,
+    grouped by alert name and host. MonitoringError names the variable, what it holds and
+    what it should."""
+    problems = []
+    urls = settings.get("webhook_urls") or []
+    if not isinstance(urls, list):
+        problems.append("monitoring_alert_webhook_urls is %r; expected a list of http:// or https:// URLs" % (urls,))
+        urls = []
+    for url in urls:
+        if not isinstance(url, str) or not re.match(r"\Ahttps?://[^/\s]+(/\S*)?\Z", url):
+            problems.append("monitoring_alert_webhook_urls holds %r; expected an http:// or https:// URL such as "
+                            "http://10.0.0.9:5001/alerts" % (url,))
+    email_to = str(settings.get("email_to") or "").strip()
+    email = None
+    if email_to:
+        email_from = str(settings.get("email_from") or "").strip()
+        smarthost = str(settings.get("email_smarthost") or "").strip()
+        if "@" not in email_from:
+            problems.append("monitoring_alert_email_from is %r; with monitoring_alert_email_to set, expected the "
+                            "sender's address, e.g. alerts@example.org" % (email_from,))
+        if not _SMARTHOST_RE.match(smarthost):
+            problems.append("monitoring_alert_email_smarthost is %r; with monitoring_alert_email_to set, expected "
+                            "HOST:PORT of the mail relay, e.g. mail.example.org:587" % (smarthost,))
+        email = {"to": email_to, "from": email_from, "smarthost": smarthost,
+                 "require_tls": bool(settings.get("email_require_tls", True)), "send_resolved": True}
+    if not urls and email is None and not problems:
+        problems.append("no alert receiver: set monitoring_alert_webhook_urls or monitoring_alert_email_to")
+    timing = {}
+    for key in ("group_wait", "group_interval", "repeat_interval"):
+        try:
+            timing[key] = _duration(settings, "alert_" + key)
+        except (KeyError, MonitoringError) as exc:
+            problems.append(str(exc) if isinstance(exc, MonitoringError) else "monitoring_alert_%s is missing" % key)
+    if problems:
+        raise MonitoringError("; ".join(problems))
+    receiver = {"name": "dgxspark"}
+    if urls:
+        receiver["webhook_configs"] = [{"url": url, "send_resolved": True} for url in urls]
+    if email is not None:
+        receiver["email_configs"] = [email]
+    return {
+        "route": dict({"receiver": "dgxspark", "group_by": ["alertname", "host"]}, **timing),
+        "receivers": [receiver],
     }
 
 

@@ -1,10 +1,11 @@
 # Copyright: Contributors to the dgxspark.cluster collection
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""promtool for the unit tests, taken without root from Debian's prometheus package.
+"""promtool and amtool for the unit tests, taken without root from Debian's prometheus and
+prometheus-alertmanager packages.
 
-The package comes from the simulation's Debian mirror (.cache/simulation/debian-mirror,
+Each package comes from the simulation's Debian mirror (.cache/simulation/debian-mirror,
 which tools/sim-assets builds, and is asked to build here when it is missing) or, where
-that cannot be built, from ``apt-get download prometheus``; ``dpkg-deb -x`` unpacks it and promtool is kept under .cache/promtool/,
+that cannot be built, from ``apt-get download prometheus``; ``dpkg-deb -x`` unpacks it and the tool is kept under .cache/promtool/,
 keyed by the package's file name, so it is unpacked once."""
 
 from __future__ import annotations
@@ -27,41 +28,52 @@ class PromtoolUnavailable(RuntimeError):
     pass
 
 
-def _package(workdir):
-    debs = sorted(MIRROR.glob("prometheus_*.deb"))
+def _package(workdir, package):
+    debs = sorted(MIRROR.glob("%s_*.deb" % package))
     if not debs and shutil.which("dpkg-scanpackages"):
         # The mirror the simulation needs anyway; tools/sim-assets builds it without root.
         subprocess.run([str(REPO_ROOT / "tools" / "sim-assets"), "debs"], check=False, capture_output=True)
-        debs = sorted(MIRROR.glob("prometheus_*.deb"))
+        debs = sorted(MIRROR.glob("%s_*.deb" % package))
     if debs:
         return debs[-1]
     try:
-        subprocess.run(["apt-get", "download", "prometheus"], cwd=workdir, check=True, capture_output=True, text=True)
+        subprocess.run(["apt-get", "download", package], cwd=workdir, check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as exc:
         raise PromtoolUnavailable(
-            "promtool: no prometheus_*.deb under %s and 'apt-get download prometheus' failed (%s); "
-            "run tools/sim-assets or give this machine a Debian apt source" % (MIRROR, getattr(exc, "stderr", exc))
+            "%s: no %s_*.deb under %s and 'apt-get download %s' failed (%s); "
+            "run tools/sim-assets or give this machine a Debian apt source"
+            % (package, package, MIRROR, package, getattr(exc, "stderr", exc))
         ) from exc
-    debs = sorted(Path(workdir).glob("prometheus_*.deb"))
+    debs = sorted(Path(workdir).glob("%s_*.deb" % package))
     if not debs:
-        raise PromtoolUnavailable("apt-get download prometheus left no prometheus_*.deb")
+        raise PromtoolUnavailable("apt-get download %s left no %s_*.deb" % (package, package))
     return debs[-1]
 
 
-def promtool():
-    """Path of a cached promtool, unpacked on first use."""
-    cached = sorted(CACHE.glob("*/promtool"))
+def _tool(binary, package):
+    """Path of O(binary) from the Debian O(package), cached and unpacked on first use."""
+    cached = sorted(CACHE.glob("%s_*/%s" % (package, binary)))
     if cached:
         return cached[-1]
     with tempfile.TemporaryDirectory() as workdir:
-        deb = _package(workdir)
+        deb = _package(workdir, package)
         unpacked = Path(workdir) / "root"
         subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True)
         target = CACHE / deb.stem
         target.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(unpacked / "usr" / "bin" / "promtool", target / "promtool.tmp")
-        (target / "promtool.tmp").rename(target / "promtool")
-    return target / "promtool"
+        shutil.copy2(unpacked / "usr" / "bin" / binary, target / (binary + ".tmp"))
+        (target / (binary + ".tmp")).rename(target / binary)
+    return target / binary
+
+
+def promtool():
+    """Path of a cached promtool (Debian's prometheus), unpacked on first use."""
+    return _tool("promtool", "prometheus")
+
+
+def amtool():
+    """Path of a cached amtool (Debian's prometheus-alertmanager), unpacked on first use."""
+    return _tool("amtool", "prometheus-alertmanager")
 
 
 def role_defaults():

@@ -12,9 +12,12 @@ is printed and written to reports/monitoring/alert-times.json."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import re
 import threading
 import time
+import urllib.parse
 
 from helpers import (
     completion,
@@ -98,14 +101,50 @@ def test_a_stalled_engine_fires_the_wedge_alert_and_serves_again():
     assert status == 200 and text, (status, text)
 
 
+class AlertReceiver:
+    """The webhook of the simulated inventory (monitoring_alert_webhook_urls), on this
+    controller: every alert Alertmanager posts, as (status, labels), while it listens."""
+
+    def __init__(self, url):
+        self.url = urllib.parse.urlsplit(url)
+        self.received = []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == receiver.url.path:
+                    receiver.received.extend((alert["status"], alert["labels"]) for alert in body["alerts"])
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("0.0.0.0", self.url.port), Handler)
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def got(self, status, alertname, host):
+        return any(s == status and labels.get("alertname") == alertname and labels.get("host") == host
+                   for s, labels in self.received)
+
+
 def test_a_stopped_exporter_a_stopped_collector_a_slow_link_and_a_frozen_api_server_fire_their_alerts():
     """Four failures at once, one per node, so the suite waits once for the slowest alert
     (the stale metrics): node-exporter stopped (node down), the collector's timer stopped
     (metrics stale), the fabric port's rate in the stand-in tree dropped to half (link
     degraded) and the head's API server frozen (replica down, thawed as soon as it fired,
     before the watchdog's second failed probe). status.yml names each firing alert and the
-    target that is down, and still passes: every rank serves. Everything is put back, and
-    every alert resolves before the next test."""
+    target that is down, and still passes: every rank serves. Alertmanager posts each alert,
+    then its resolution, to the inventory's webhook (a receiver on this controller).
+    Everything is put back, and every alert resolves before the next test."""
     head = next(host for host, hv in HOSTS.items() if hv["engine_service_rank"] == 0)
     exporter_host, collector_host, link_host = [host for host in sorted(HOSTS) if host != head][:3]
     rate = "%s/class/infiniband/%s/ports/1/rate" % (GV["roce_fabric_sysfs_root"], GV["roce_fabric_hca"])
@@ -118,30 +157,34 @@ def test_a_stopped_exporter_a_stopped_collector_a_slow_link_and_a_frozen_api_ser
         "DgxsparkNodeMetricsStale": {"host": collector_host},
         "DgxsparkFabricLinkDegraded": {"host": link_host},
     }
-    began = time.monotonic()
-    try:
-        docker_exec(exporter_host, "systemctl stop prometheus-node-exporter.service")
-        docker_exec(collector_host, "systemctl stop dgxspark-node-metrics.timer")
-        docker_exec(link_host, "echo '100 Gb/sec (2X HDR)' > %s.new && mv %s.new %s" % (rate, rate, rate))
-        docker_exec(head, "kill -STOP %s" % api_server)
+    with AlertReceiver(GV["monitoring_alert_webhook_urls"][0]) as receiver:
+        began = time.monotonic()
         try:
-            record_alert_time("DgxsparkEngineReplicaDown", wait_for_alert(
-                "DgxsparkEngineReplicaDown", expected["DgxsparkEngineReplicaDown"], 40, since=began))
+            docker_exec(exporter_host, "systemctl stop prometheus-node-exporter.service")
+            docker_exec(collector_host, "systemctl stop dgxspark-node-metrics.timer")
+            docker_exec(link_host, "echo '100 Gb/sec (2X HDR)' > %s.new && mv %s.new %s" % (rate, rate, rate))
+            docker_exec(head, "kill -STOP %s" % api_server)
+            try:
+                record_alert_time("DgxsparkEngineReplicaDown", wait_for_alert(
+                    "DgxsparkEngineReplicaDown", expected["DgxsparkEngineReplicaDown"], 40, since=began))
+            finally:
+                docker_exec(head, "kill -CONT %s" % api_server)
+            for name in ("DgxsparkNodeDown", "DgxsparkFabricLinkDegraded", "DgxsparkNodeMetricsStale"):
+                record_alert_time(name, wait_for_alert(name, expected[name], 90, since=began))
+            result = run_playbook("status.yml")
+            out = flat(result.stdout)
+            assert result.returncode == 0, out[-3000:]
+            for name in ("DgxsparkNodeDown", "DgxsparkFabricLinkDegraded", "DgxsparkNodeMetricsStale"):
+                assert re.search(r"FIRING %s \([^)]*host=%s" % (name, expected[name]["host"]), out), (name, out[-3000:])
+            assert re.search(r"%s rank \d \(node, http://[0-9.]+:9100/metrics\): down" % exporter_host, out), out[-3000:]
         finally:
             docker_exec(head, "kill -CONT %s" % api_server)
-        for name in ("DgxsparkNodeDown", "DgxsparkFabricLinkDegraded", "DgxsparkNodeMetricsStale"):
-            record_alert_time(name, wait_for_alert(name, expected[name], 90, since=began))
-        result = run_playbook("status.yml")
-        out = flat(result.stdout)
-        assert result.returncode == 0, out[-3000:]
-        for name in ("DgxsparkNodeDown", "DgxsparkFabricLinkDegraded", "DgxsparkNodeMetricsStale"):
-            assert re.search(r"FIRING %s \([^)]*host=%s" % (name, expected[name]["host"]), out), (name, out[-3000:])
-        assert re.search(r"%s rank \d \(node, http://[0-9.]+:9100/metrics\): down" % exporter_host, out), out[-3000:]
-    finally:
-        docker_exec(head, "kill -CONT %s" % api_server)
-        docker_exec(exporter_host, "systemctl start prometheus-node-exporter.service")
-        docker_exec(collector_host, "systemctl start dgxspark-node-metrics.timer")
-        docker_exec(link_host, "echo '%s' > %s.new && mv %s.new %s" % (full_rate, rate, rate, rate))
-    assert wait_for(lambda: not any(firing(name) for name in expected), 60), {name: firing(name) for name in expected}
+            docker_exec(exporter_host, "systemctl start prometheus-node-exporter.service")
+            docker_exec(collector_host, "systemctl start dgxspark-node-metrics.timer")
+            docker_exec(link_host, "echo '%s' > %s.new && mv %s.new %s" % (full_rate, rate, rate, rate))
+        assert wait_for(lambda: not any(firing(name) for name in expected), 60), {name: firing(name) for name in expected}
+        # Delivered: each alert as it fired, then resolved (Alertmanager waits monitoring_alert_group_wait).
+        assert wait_for(lambda: all(receiver.got(status, name, labels["host"]) for name, labels in expected.items()
+                                    for status in ("firing", "resolved")), 30), receiver.received
     status, text = completion()
     assert status == 200 and text, (status, text)

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 import yaml
-from promtool_support import promtool, role_defaults, rule_settings
+from promtool_support import amtool, promtool, role_defaults, rule_settings
 
 from unit_support import REPO_ROOT
 
@@ -90,3 +90,32 @@ def test_promtool_refuses_a_config_whose_timeout_exceeds_the_interval(tmp_path):
 def test_every_alert_is_listed():
     rules = _monitoring.prometheus_rules(rule_settings())
     assert [rule["alert"] for rule in rules["groups"][1]["rules"]] == list(_monitoring.ALERTS)
+
+
+def test_amtool_accepts_the_alertmanager_configuration_and_refuses_a_broken_one(tmp_path):
+    defaults = role_defaults()
+    settings = {"webhook_urls": ["http://192.0.2.9:5001/alerts"], "email_to": "ops@example.org",
+                "email_from": "spark@example.org", "email_smarthost": "mail.example.org:587",
+                "email_require_tls": defaults["monitoring_alert_email_require_tls"]}
+    settings.update({key: defaults["monitoring_" + key]
+                     for key in ("alert_group_wait", "alert_group_interval", "alert_repeat_interval")})
+    config = _monitoring.alertmanager_config(settings)
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    result = subprocess.run([str(amtool()), "check-config", str(path)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Found:" in result.stdout and " - 1 receivers" in result.stdout, result.stdout
+    # A route to a receiver the file lacks: amtool must say no, or the check above proves nothing.
+    config["route"]["receiver"] = "nobody"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    result = subprocess.run([str(amtool()), "check-config", str(path)], capture_output=True, text=True, check=False)
+    assert result.returncode != 0 and "nobody" in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_promtool_accepts_the_configuration_with_an_alertmanager(tmp_path):
+    rules = tmp_path / "dgxspark-rules.yml"
+    rules.write_text(yaml.safe_dump(_monitoring.prometheus_rules(rule_settings())))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump(_monitoring.prometheus_config(dict(config_settings(rules), alertmanager="127.0.0.1:9093"))))
+    result = run("check", "config", str(config))
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -5,6 +5,8 @@ are checked by promtool in tests/unit/roles/test_monitoring_rules.py)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import _monitoring as mon
@@ -71,3 +73,51 @@ def test_scrape_report_names_each_rank_and_the_firing_alerts():
         "FIRING DgxsparkNodeDown (host=spark2) since 2026-01-01T00:00:00Z: A node's exporter does not answer.",
     ]
     assert mon.scrape_report(targets, {"data": {"alerts": []}})[-1] == "no alert is firing"
+
+
+def alerting(**overrides):
+    base = {"webhook_urls": [], "email_to": "", "email_from": "", "email_smarthost": "", "email_require_tls": True,
+            "alert_group_wait": "30s", "alert_group_interval": "5m", "alert_repeat_interval": "4h"}
+    base.update(overrides)
+    return base
+
+
+def test_alerts_go_to_alertmanager_only_when_one_is_named():
+    assert "alerting" not in mon.prometheus_config(settings())
+    assert "alerting" not in mon.prometheus_config(settings(alertmanager=""))
+    config = mon.prometheus_config(settings(alertmanager="127.0.0.1:9093"))
+    assert config["alerting"] == {"alertmanagers": [{"static_configs": [{"targets": ["127.0.0.1:9093"]}]}]}
+
+
+def test_every_webhook_and_the_mail_address_get_each_alert_and_its_resolution():
+    config = mon.alertmanager_config(alerting(
+        webhook_urls=["http://10.0.0.9:5001/alerts", "https://hooks.example.org/x"], email_to="ops@example.org",
+        email_from="spark@example.org", email_smarthost="mail.example.org:587", alert_group_wait="1s"))
+    assert config["route"] == {"receiver": "dgxspark", "group_by": ["alertname", "host"], "group_wait": "1s",
+                               "group_interval": "5m", "repeat_interval": "4h"}
+    (receiver,) = config["receivers"]
+    assert receiver["webhook_configs"] == [{"url": "http://10.0.0.9:5001/alerts", "send_resolved": True},
+                                           {"url": "https://hooks.example.org/x", "send_resolved": True}]
+    assert receiver["email_configs"] == [{"to": "ops@example.org", "from": "spark@example.org",
+                                          "smarthost": "mail.example.org:587", "require_tls": True,
+                                          "send_resolved": True}]
+    assert "email_configs" not in mon.alertmanager_config(alerting(webhook_urls=["http://10.0.0.9:5001/"]))["receivers"][0]
+    assert mon.alert_receivers_set(alerting(email_to="ops@example.org"))
+    assert not mon.alert_receivers_set(alerting())
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({}, "no alert receiver: set monitoring_alert_webhook_urls or monitoring_alert_email_to"),
+    ({"webhook_urls": ["10.0.0.9:5001/alerts"]}, "monitoring_alert_webhook_urls holds '10.0.0.9:5001/alerts'; "
+                                                 "expected an http:// or https:// URL"),
+    ({"webhook_urls": "http://10.0.0.9/"}, "monitoring_alert_webhook_urls is 'http://10.0.0.9/'; expected a list"),
+    ({"email_to": "ops@example.org", "email_smarthost": "mail.example.org:25"},
+     "monitoring_alert_email_from is ''; with monitoring_alert_email_to set, expected the sender's address"),
+    ({"email_to": "ops@example.org", "email_from": "a@b.org", "email_smarthost": "mail.example.org"},
+     "monitoring_alert_email_smarthost is 'mail.example.org'; with monitoring_alert_email_to set, expected HOST:PORT"),
+    ({"webhook_urls": ["http://10.0.0.9/"], "alert_group_wait": "soon"},
+     "monitoring_alert_group_wait is 'soon'; expected a Prometheus duration"),
+])
+def test_a_receiver_or_timing_that_cannot_work_is_refused_naming_the_variable(overrides, expected):
+    with pytest.raises(mon.MonitoringError, match=re.escape(expected)):
+        mon.alertmanager_config(alerting(**overrides))
