@@ -103,19 +103,15 @@ def prometheus_config(settings):
 _SMARTHOST_RE = re.compile(r"\A(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}\Z")
 
 
-def alert_receivers_set(settings):
-    """Whether O(settings) (as for :func:`alertmanager_config`) name any receiver."""
-    return bool(settings.get("webhook_urls") or str(settings.get("email_to") or "").strip())
-
-
 def alertmanager_config(settings):
     """The alertmanager.yml that sends every alert of the cluster to the inventory's receivers.
 
     O(settings): webhook_urls (list of http(s) URLs), email_to, email_from, email_smarthost
     (HOST:PORT of the mail relay), email_require_tls (bool), alert_group_wait,
-    alert_group_interval, alert_repeat_interval (Prometheus durations). Each firing alert and its resolution is sent,
-    grouped by alert name and host. MonitoringError names the variable, what it holds and
-    what it should."""
+    alert_group_interval, alert_repeat_interval (Prometheus durations). Each firing alert and
+    its resolution is sent, grouped by alert name and host. MonitoringError names the
+    variable, what it holds and what it should. (Whether Alertmanager runs at all, a receiver
+    being set, is the role's monitoring_alerting.)"""
     problems = []
     urls = settings.get("webhook_urls") or []
     if not isinstance(urls, list):
@@ -144,8 +140,8 @@ def alertmanager_config(settings):
     for key in ("group_wait", "group_interval", "repeat_interval"):
         try:
             timing[key] = _duration(settings, "alert_" + key)
-        except (KeyError, MonitoringError) as exc:
-            problems.append(str(exc) if isinstance(exc, MonitoringError) else "monitoring_alert_%s is missing" % key)
+        except MonitoringError as exc:
+            problems.append(str(exc))
     if problems:
         raise MonitoringError("; ".join(problems))
     receiver = {"name": "dgxspark"}

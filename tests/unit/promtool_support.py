@@ -5,7 +5,7 @@ prometheus-alertmanager packages.
 
 Each package comes from the simulation's Debian mirror (.cache/simulation/debian-mirror,
 which tools/sim-assets builds, and is asked to build here when it is missing) or, where
-that cannot be built, from ``apt-get download prometheus``; ``dpkg-deb -x`` unpacks it and the tool is kept under .cache/promtool/,
+that cannot be built, from ``apt-get download <package>``; ``dpkg-deb -x`` unpacks it and the tool is kept under .cache/promtool/,
 keyed by the package's file name, so it is unpacked once."""
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ testinfra_hosts = ["local://"]
 
 HOSTS = inventory_hosts()
 GV = group_vars()
+# The lane's head (rank 0): its engine is the one scraped, stalled and frozen here.
+HEAD = next(host for host, hv in HOSTS.items() if hv["engine_service_rank"] == 0)
 
 
 def test_every_target_is_up_and_reports_its_metrics():
@@ -78,7 +80,7 @@ def test_rising_nic_error_counters_fire_the_fabric_alert():
 
 
 def test_a_stalled_engine_fires_the_wedge_alert_and_serves_again():
-    head = next(host for host, hv in HOSTS.items() if hv["engine_service_rank"] == 0)
+    head = HEAD
     results = []
     worker = threading.Thread(target=lambda: results.append(completion("Once upon a time", max_tokens=200, timeout=120)))
     worker.start()
@@ -145,7 +147,7 @@ def test_a_stopped_exporter_a_stopped_collector_a_slow_link_and_a_frozen_api_ser
     target that is down, and still passes: every rank serves. Alertmanager posts each alert,
     then its resolution, to the inventory's webhook (a receiver on this controller).
     Everything is put back, and every alert resolves before the next test."""
-    head = next(host for host, hv in HOSTS.items() if hv["engine_service_rank"] == 0)
+    head = HEAD
     exporter_host, collector_host, link_host = [host for host in sorted(HOSTS) if host != head][:3]
     rate = "%s/class/infiniband/%s/ports/1/rate" % (GV["roce_fabric_sysfs_root"], GV["roce_fabric_hca"])
     full_rate = docker_exec(link_host, "cat " + rate).stdout.strip()
