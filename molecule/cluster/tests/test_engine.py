@@ -27,8 +27,6 @@ from helpers import (
     inventory_hosts,
     node_state,
     run_playbook,
-    run_summary,
-    run_summary_curl,
     unit_state,
 )
 
@@ -182,41 +180,6 @@ def test_only_the_head_probes_the_api_the_other_ranks_follow_it():
         # A follower sends no completion: it has neither the prompt nor the model.
         assert ("--prompt" in argv) == is_head
         assert unit_state(host, "dgxspark-engine-watchdog.service") == "active"
-
-
-def test_a_rerun_of_site_yml_restarts_nothing_and_measures_no_fabric_again():
-    report = ROOT / "reports" / "fabric" / "fabric-report.json"
-    report_before = report.stat().st_mtime
-    before = {host: engine_container(host) for host in HOSTS}
-    result = run_playbook("site.yml")
-    assert result.returncode == 0, flat(result.stdout)[-3000:]
-    recap = [line for line in result.stdout.splitlines() if re.match(r"^spark\d\s+:", line)]
-    assert len(recap) == 4 and all("changed=0" in line for line in recap), recap
-    assert {host: engine_container(host) for host in HOSTS} == before
-    assert completion()[0] == 200
-    # The fabric report is a measurement: an unchanged fabric is not measured again.
-    assert "Fabric report not measured again" in flat(result.stdout)
-    assert report.stat().st_mtime == report_before
-    # The last play's summary: the balancer's address (the TP=4 lane has one
-    # upstream behind it), the model, the layout, the version every rank runs,
-    # each part's time, and a curl that answers with the key read from the vault.
-    summary = run_summary(result.stdout)
-    head = inventory_hosts()["spark1"]["ansible_host"]
-    assert "API: http://%s:8080/v1 (the balancer on spark1, in front of spark1)" % head in summary, summary
-    assert "Model: %s" % group_vars()["engine_service_served_model_name"] in summary, summary
-    assert "Layout: one TP=4 lane (spark1, spark2, spark3, spark4; head spark1)" in summary, summary
-    # Each rank's version covers its own command line, so the ranks' versions differ: listed per
-    # rank, as one deployment of what the inventory renders.
-    versions = ", ".join("%s %s" % (host, deployed_record(host)["version"]) for host in HOSTS)
-    assert ("Engine: every rank deployed as this inventory renders it (per-rank versions: %s); nothing restarted."
-            % versions in summary), summary
-    total = next(line for line in summary if line.startswith("Total: "))
-    parts = summary[summary.index("Parts (wall time):") + 1:summary.index(total)]
-    assert [part.split()[0] for part in parts] == ["preflight", "driver", "runtime", "hardening", "fabric", "fabric_report",
-                                                   "image", "weights", "engine", "monitoring", "balancer"], parts
-    assert all(re.fullmatch(r"\S+\s+\d+\.\d s", part) for part in parts), parts
-    assert API_KEY not in result.stdout
-    assert run_summary_curl(summary) == "200"
 
 
 def test_the_units_pass_systemd_analyze_and_a_unit_it_refuses_replaces_nothing():
