@@ -42,6 +42,10 @@ HOSTS = inventory_hosts()
 GV = group_vars()
 # The lane's head (rank 0): its engine is the one scraped, stalled and frozen here.
 HEAD = next(host for host, hv in HOSTS.items() if hv["engine_service_rank"] == 0)
+# The simulated inventory has no monitoring group: Prometheus, its rules and Alertmanager
+# run on the first node, Alertmanager listening there only.
+PROMETHEUS_HOST = next(iter(HOSTS))
+ALERTMANAGER = role_settings("monitoring")["monitoring_alertmanager_listen_address"]
 
 
 def test_every_target_is_up_and_reports_its_metrics():
@@ -125,17 +129,15 @@ REACHABLE_THRESHOLDS = {"monitoring_kv_cache_threshold": 0.00001, "monitoring_me
 
 def alertmanager_holds(alertname):
     """The hosts of the alerts named O(alertname) that the Alertmanager on the Prometheus host
-    holds active (it listens on that host only)."""
-    address = role_settings("monitoring")["monitoring_alertmanager_listen_address"]
-    out = docker_exec(next(iter(HOSTS)), "curl -sSf 'http://%s/api/v2/alerts?active=true&silenced=false'" % address).stdout
+    holds active."""
+    out = docker_exec(PROMETHEUS_HOST, "curl -sSf 'http://%s/api/v2/alerts?active=true&silenced=false'" % ALERTMANAGER).stdout
     return sorted(alert["labels"].get("host") for alert in json.loads(out) if alert["labels"]["alertname"] == alertname)
 
 
 def monitoring_part(extra_vars=None):
     """site.yml's monitoring part on the Prometheus host, where the rules are, with
-    O(extra_vars) over the inventory's values (the simulated inventory has no monitoring
-    group: Prometheus runs on the first node)."""
-    result = run_playbook("site.yml", "--tags", "monitoring", "--limit", next(iter(HOSTS)), extra_vars=extra_vars)
+    O(extra_vars) over the inventory's values."""
+    result = run_playbook("site.yml", "--tags", "monitoring", "--limit", PROMETHEUS_HOST, extra_vars=extra_vars)
     assert result.returncode == 0, flat(result.stdout)[-3000:]
     return result
 
@@ -156,7 +158,7 @@ def test_a_stalled_engine_fires_the_wedge_and_kv_cache_alerts_and_every_node_fir
     assert wait_for(lambda: not alertmanager_holds("DgxsparkNodeMemoryLow"), 90), alertmanager_holds("DgxsparkNodeMemoryLow")
     with AlertReceiver(GV["monitoring_alert_webhook_urls"][0]) as receiver:
         lowered = monitoring_part(REACHABLE_THRESHOLDS)
-        assert re.search(r"^%s\s+:.*changed=[1-9]" % next(iter(HOSTS)), lowered.stdout, re.MULTILINE), \
+        assert re.search(r"^%s\s+:.*changed=[1-9]" % PROMETHEUS_HOST, lowered.stdout, re.MULTILINE), \
             flat(lowered.stdout)[-2000:]
         try:
             worker = threading.Thread(
