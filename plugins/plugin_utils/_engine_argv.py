@@ -37,6 +37,14 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_validatio
 
 API_HOST = "0.0.0.0"
 
+# The guard every replica head's API runs behind (plugins/module_utils/
+# _engine_api_guard.py): the key on every path but /health, /metrics to the
+# metrics readers. container_argv mounts the node's copy as GUARD_MODULE.py in
+# GUARD_PYTHON_DIR, which its wrapper puts first on PYTHONPATH.
+GUARD_MODULE = "dgxspark_api_guard"
+GUARD_MIDDLEWARE = GUARD_MODULE + ".ApiGuard"
+GUARD_PYTHON_DIR = "/opt/dgxspark/python"
+
 
 def effective_cudagraph_capture_size(settings):
     """The capture size to render: the explicit setting, else the full decode batch.
@@ -94,7 +102,8 @@ def rank_argv(settings, rank, master_address):
     """The arguments after the C(vllm) program for global O(rank).
 
     Starts with C(["serve", model]). The replica's head (node rank 0) serves
-    the API on all addresses; the other ranks run headless. Options whose
+    the API on all addresses behind the collection's guard (C(--middleware
+    GUARD_MIDDLEWARE)); the other ranks run headless. Options whose
     setting is C(None) are left out; JSON options are compact with sorted keys
     so the rendered unit only changes when a setting does.
     """
@@ -121,7 +130,7 @@ def rank_argv(settings, rank, master_address):
     if layout["node_rank"]:
         argv.append("--headless")
     else:
-        argv += ["--host", API_HOST, _flag("api_port"), str(settings["api_port"])]
+        argv += ["--host", API_HOST, _flag("api_port"), str(settings["api_port"]), "--middleware", GUARD_MIDDLEWARE]
 
     values = dict(settings, max_cudagraph_capture_size=effective_cudagraph_capture_size(settings))
     for setting in _TUNING_OPTIONS:
@@ -154,13 +163,33 @@ def env_file_text(env):
 # wrapper that exports the key from it to the engine alone: the key never
 # reaches Docker's configuration (docker inspect), the command line or an
 # env file Docker reads. The file is read line by line, with no shell
-# evaluation of its content.
+# evaluation of its content. The same wrapper puts the collection's Python
+# directory (the API guard) ahead of the image's own PYTHONPATH.
 SECRETS_TARGET = "/run/secrets/dgxspark-engine.env"
 
-SECRETS_WRAPPER = (
+SECRETS_READ = (
     'while IFS= read -r line || [ -n "$line" ]; do case $line in VLLM_API_KEY=*) '
-    'VLLM_API_KEY=${line#VLLM_API_KEY=}; export VLLM_API_KEY;; esac; done < %s && exec "$@"' % SECRETS_TARGET
+    'VLLM_API_KEY=${line#VLLM_API_KEY=}; export VLLM_API_KEY;; esac; done < %s' % SECRETS_TARGET
 )
+
+
+def container_wrapper(python_dir, secrets):
+    """The C(sh -c) script the rank's command runs under, or None when it needs none.
+
+    O(python_dir) is prepended to C(PYTHONPATH) (keeping the image's), and with
+    O(secrets) the key is read from C(SECRETS_TARGET); then the command is
+    exec'd, so it stays the container's main process.
+    """
+    steps = []
+    if python_dir:
+        if not isinstance(python_dir, str) or not re.match(r"^/[A-Za-z0-9_./-]*$", python_dir):
+            raise EngineConfigError("the Python directory %r is not an absolute path of plain characters" % (python_dir,))
+        steps.append('PYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH}; export PYTHONPATH' % python_dir)
+    if secrets:
+        steps.append(SECRETS_READ)
+    if not steps:
+        return None
+    return " && ".join(steps + ['exec "$@"'])
 
 
 def container_argv(container, image, command):
@@ -170,7 +199,10 @@ def container_argv(container, image, command):
     C(devices), C(capabilities), C(ulimits) (name to C(soft:hard)),
     C(shm_size), C(env_files), C(mounts) (C(src), C(dest), C(readonly)) and
     C(secrets_file) (the node's root-only file holding C(VLLM_API_KEY=...), mounted
-    read-only at C(SECRETS_TARGET) and exported to the engine by a C(sh) wrapper);
+    read-only at C(SECRETS_TARGET) and exported to the engine by a C(sh) wrapper)
+    and C(api_guard) (the node's copy of the API guard, mounted read-only as
+    C(GUARD_MODULE) in C(GUARD_PYTHON_DIR), which the same wrapper puts first on
+    C(PYTHONPATH));
     O(command) is the engine's argv inside the image, e.g. C(["vllm", "serve", ...]).
     The rank always shares the node's network and IPC namespaces and runs
     under an init process; it is never privileged.
@@ -218,6 +250,11 @@ def container_argv(container, image, command):
         if not isinstance(secrets_file, str) or not posixpath.isabs(secrets_file) or "," in secrets_file:
             raise EngineConfigError("the secrets file %r is not an absolute path without commas" % (secrets_file,))
         argv += ["--mount", "type=bind,source=%s,target=%s,readonly" % (secrets_file, SECRETS_TARGET)]
+    api_guard = container.get("api_guard")
+    if api_guard:
+        if not isinstance(api_guard, str) or not posixpath.isabs(api_guard) or "," in api_guard:
+            raise EngineConfigError("the API guard %r is not an absolute path without commas" % (api_guard,))
+        argv += ["--mount", "type=bind,source=%s,target=%s/%s.py,readonly" % (api_guard, GUARD_PYTHON_DIR, GUARD_MODULE)]
     # The preflight refuses these first (engine_container_problems); this
     # guards a command line rendered without that check.
     problems = _container_extra_args_problems(container.get("extra_args"), DEFAULT_ALLOWED_DEVICES)
@@ -225,7 +262,8 @@ def container_argv(container, image, command):
         raise EngineConfigError("; ".join(problems))
     argv += list(container.get("extra_args") or [])
     argv.append(image)
-    if secrets_file:
-        argv += ["sh", "-c", SECRETS_WRAPPER, "dgxspark-engine"]
+    wrapper = container_wrapper(GUARD_PYTHON_DIR if api_guard else None, bool(secrets_file))
+    if wrapper:
+        argv += ["sh", "-c", wrapper, "dgxspark-engine"]
     argv += list(command)
     return argv

@@ -118,6 +118,7 @@ _MOUNT_KEYS = ("src", "dest", "readonly")
 # variable they are set from.
 _ENV_SET_BY_COLLECTION = {
     "VLLM_HOST_IP": "each rank's own fabric address, roce_fabric_address",
+    "DGXSPARK_METRICS_CLIENTS": "the hosts the API guard serves /metrics to, engine_service_metrics_clients",
     "NCCL_IB_GID_INDEX": "resolved from the fabric address at every start of the rank",
     "NCCL_IB_HCA": "the HCAs of the fabric links with carrier, from roce_fabric_links",
     "NCCL_SOCKET_IFNAME": "the netdev of the first fabric link with carrier, from roce_fabric_links",

@@ -159,10 +159,13 @@ _REQUIRED = tuple(setting.name for setting in SETTINGS if setting.required)
 
 # Flags of the parallel layout that come from the host's rank, not a setting.
 _RANK_FLAGS = ("--node-rank", "--master-addr", "--headless")
+# The head's API guard (_engine_argv.GUARD_MIDDLEWARE), always on.
+GUARD_OWNER = "api_guard"
 
 
 def _managed_flags():
     flags = {flag: "rank" for flag in _RANK_FLAGS}
+    flags["--middleware"] = GUARD_OWNER
     for setting in SETTINGS:
         for flag in ((setting.flag,) if setting.flag else ()) + tuple(setting.aliases):
             flags[flag] = setting.name

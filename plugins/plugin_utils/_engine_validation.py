@@ -16,6 +16,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_settings 
     _DIGEST_PINNED,
     _SHA256,
     ADDRESS_VARIABLE,
+    GUARD_OWNER,
     MANAGED_FLAGS,
     RANK_VARIABLE,
     SETTINGS,
@@ -180,7 +181,13 @@ def _extra_args_problems(settings):
             problems.append("%s[%d] %r is not a string; quote it in YAML" % (name, position, argument))
             continue
         flag = _flag_name(argument)
-        if flag in MANAGED_FLAGS:
+        if MANAGED_FLAGS.get(flag) == GUARD_OWNER:
+            problems.append(
+                "%s[%d] %r: --middleware is the collection's; it loads the API guard every replica head runs (the "
+                "key on every path but /health, /metrics to engine_service_metrics_clients); remove it"
+                % (name, position, argument)
+            )
+        elif flag in MANAGED_FLAGS:
             owner = MANAGED_FLAGS[flag]
             problems.append(
                 "%s[%d] %r repeats %s, which the collection renders from %s; set that variable instead"

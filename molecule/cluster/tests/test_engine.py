@@ -33,8 +33,9 @@ from helpers import (
 sys.path.insert(0, str(ROOT / "collections"))
 from ansible_collections.dgxspark.cluster.plugins.module_utils._file_set import validation_argv
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_argv import (
+    GUARD_PYTHON_DIR,
     SECRETS_TARGET,
-    SECRETS_WRAPPER,
+    container_wrapper,
 )
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd import (
     parse_systemd_exec_line,
@@ -73,9 +74,12 @@ def test_each_rank_runs_the_rendered_multi_node_command_line(host):
     assert ("--headless" in vllm) == (rank != 0)
     assert ("--port" in vllm) == (rank == 0)
     # The container's init runs exactly these arguments: JSON values arrive intact,
-    # behind the wrapper that exports the API key from its mounted file.
+    # behind the wrapper that puts the API guard on PYTHONPATH and exports the API
+    # key from its mounted file.
     cmdline = node_state(host, "docker exec dgxspark-engine cat /proc/1/cmdline").split("\0")
-    assert cmdline[cmdline.index("--") + 1:-1] == ["sh", "-c", SECRETS_WRAPPER, "dgxspark-engine"] + vllm
+    wrapper = container_wrapper(GUARD_PYTHON_DIR, True)
+    assert cmdline[cmdline.index("--") + 1:-1] == ["sh", "-c", wrapper, "dgxspark-engine"] + vllm
+    assert ("--middleware" in vllm) == (rank == 0)
     assert '{"mode":0}' in vllm
 
 
@@ -91,6 +95,64 @@ def test_each_rank_has_its_fabric_environment_and_no_privilege(host):
     inspect = engine_container(host, "{{.HostConfig.Privileged}} {{.HostConfig.NetworkMode}} {{.HostConfig.IpcMode}} "
                                      "{{.HostConfig.Init}} {{.HostConfig.CapAdd}}")
     assert inspect == "false host host true [IPC_LOCK]"
+
+
+def management_url():
+    """The head's API at its management address, where clients and Prometheus reach it."""
+    head, _fabric_url = engine_head()
+    return "http://%s:%d" % (inventory_hosts()[head]["ansible_host"], group_vars().get("engine_service_api_port", 8000))
+
+
+def api_status(path, method="GET", body=None, api_key=""):
+    """The HTTP status and text the head's API gives this controller, a host outside the cluster."""
+    import urllib.error
+    import urllib.request
+
+    url = management_url()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url + path, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def metrics_status_from(host):
+    """The HTTP status of the head's /metrics asked from a node, without the key."""
+    url = management_url()
+    return node_state(host, "python3 -c %s" % shlex.quote(
+        "import urllib.request, urllib.error\n"
+        "try:\n print(urllib.request.urlopen(%r, timeout=10).status)\n"
+        "except urllib.error.HTTPError as exc:\n print(exc.code)" % (url + "/metrics"))).strip()
+
+
+def test_the_api_asks_the_key_on_every_path_but_health_and_serves_metrics_to_the_monitoring_host_only():
+    """vLLM's own check guards /v1 and a few prefixes; the collection's guard, on the head,
+    guards the rest. Asked from this controller, outside the cluster: the paths vLLM leaves
+    open (a completion through /invocations, the tokenizer, the server's version) refuse a
+    request without the key and answer one with it; /health answers anyone; /metrics is
+    refused without the key, here and on a node that is not the monitoring host, and served
+    to the monitoring host (spark1) and with the key."""
+    model = group_vars()["engine_service_served_model_name"]
+    open_routes = [
+        ("/invocations", "POST", {"model": model, "prompt": "Hello", "max_tokens": 2}),
+        ("/tokenize", "POST", {"model": model, "prompt": "Hello"}),
+        ("/version", "GET", None),
+    ]
+    for path, method, body in open_routes:
+        assert api_status(path, method, body)[0] == 401, path
+        assert api_status(path, method, body, api_key="not-the-key")[0] == 401, path
+        assert api_status(path, method, body, api_key=API_KEY)[0] == 200, path
+    assert api_status("/health")[0] == 200
+    status, text = api_status("/metrics")
+    assert status == 403 and "monitoring hosts" in text
+    status, text = api_status("/metrics", api_key=API_KEY)
+    assert status == 200 and "vllm:num_requests_running" in text
+    assert {host: metrics_status_from(host) for host in ("spark1", "spark2")} == {"spark1": "200", "spark2": "403"}
 
 
 def test_the_gid_index_is_resolved_per_node_at_start():

@@ -66,7 +66,8 @@ def _layout(model, name, tensor_parallel, node_rank):
     argv = ["serve", model, "--served-model-name", name, "--tensor-parallel-size", str(tensor_parallel),
             "--nnodes", str(tensor_parallel), "--node-rank", str(node_rank), "--master-addr", HEAD,
             "--master-port", "29501"]
-    return argv + (["--headless"] if node_rank else ["--host", "0.0.0.0", "--port", "8000"])
+    head = ["--host", "0.0.0.0", "--port", "8000", "--middleware", "dgxspark_api_guard.ApiGuard"]
+    return argv + (["--headless"] if node_rank else head)
 
 
 class _InventoryLoader(yaml.SafeLoader):

@@ -14,8 +14,8 @@ import yaml
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_argv import (
     SECRETS_TARGET,
-    SECRETS_WRAPPER,
     container_argv,
+    container_wrapper,
     effective_cudagraph_capture_size,
     env_file_text,
     rank_argv,
@@ -108,6 +108,7 @@ EXPECTED_RANK_0 = [
     "--master-port", "29501",
     "--host", "0.0.0.0",
     "--port", "8000",
+    "--middleware", "dgxspark_api_guard.ApiGuard",
 ] + SHARED_TAIL
 
 EXPECTED_RANK_2 = [
@@ -405,6 +406,13 @@ BAD_INVENTORIES = [
         cluster(extra_args=["--port", "9000"]),
         ["engine_service_extra_args[0] '--port' repeats --port, which the collection renders from "
          "engine_service_api_port; set that variable instead"],
+    ),
+    (
+        "extra_args add a middleware beside the API guard",
+        cluster(extra_args=["--middleware=my.Auth"]),
+        ["engine_service_extra_args[0] '--middleware=my.Auth': --middleware is the collection's; it loads the API "
+         "guard every replica head runs (the key on every path but /health, /metrics to "
+         "engine_service_metrics_clients); remove it"],
     ),
     (
         "extra_args given as one string",
@@ -707,23 +715,59 @@ def test_the_api_key_reaches_the_engine_from_a_mounted_file_only(tmp_path):
     argv = container_argv(dict(RANK_CONTAINER, secrets_file=secrets), "img", ["vllm", "serve", "/m"])
     assert "--mount" in argv and "type=bind,source=%s,target=%s,readonly" % (secrets, SECRETS_TARGET) in argv
     assert secrets not in [argv[i + 1] for i, word in enumerate(argv) if word == "--env-file"]
-    assert argv[argv.index("img") + 1:] == ["sh", "-c", SECRETS_WRAPPER, "dgxspark-engine", "vllm", "serve", "/m"]
+    assert argv[argv.index("img") + 1:] == ["sh", "-c", container_wrapper(None, True), "dgxspark-engine", "vllm", "serve", "/m"]
     # The wrapper as the container runs it: the key (with characters a shell would
     # expand) reaches the engine's environment verbatim, nothing else of the file does.
     key = "sk-$(touch /tmp/x)`id` \\ 'q' \"d\" *"
     secrets_path = tmp_path / "secrets.env"
     secrets_path.write_text("OTHER=1\nVLLM_API_KEY=%s" % key)
-    script = SECRETS_WRAPPER.replace(SECRETS_TARGET, str(secrets_path))
+    script = container_wrapper(None, True).replace(SECRETS_TARGET, str(secrets_path))
     done = subprocess.run(["sh", "-c", script, "dgxspark-engine", "sh", "-c", 'printf %s "$VLLM_API_KEY"; printf "|%s" "${OTHER-unset}"'],
                           capture_output=True, text=True, check=True, env={"PATH": os.environ["PATH"]})
     assert done.stdout == key + "|unset"
 
 
 def test_a_missing_secrets_file_stops_the_engine_before_it_starts(tmp_path):
-    script = SECRETS_WRAPPER.replace(SECRETS_TARGET, str(tmp_path / "absent.env"))
+    script = container_wrapper(None, True).replace(SECRETS_TARGET, str(tmp_path / "absent.env"))
     done = subprocess.run(["sh", "-c", script, "dgxspark-engine", "echo", "started"], capture_output=True, text=True,
                           check=False)
     assert done.returncode != 0 and "started" not in done.stdout
+
+
+def test_the_api_guard_is_mounted_first_on_the_images_pythonpath_and_the_key_is_still_read(tmp_path):
+    argv = container_argv(dict(RANK_CONTAINER, api_guard="/etc/v1/dgxspark_api_guard.py", secrets_file="/s/secrets.env"),
+                          "img", ["vllm", "serve", "/m"])
+    assert ("type=bind,source=/etc/v1/dgxspark_api_guard.py,target=/opt/dgxspark/python/dgxspark_api_guard.py,readonly"
+            in argv)
+    wrapper = argv[argv.index("img") + 3]
+    assert argv[argv.index("img") + 1:] == ["sh", "-c", wrapper, "dgxspark-engine", "vllm", "serve", "/m"]
+    secrets_path = tmp_path / "secrets.env"
+    secrets_path.write_text("VLLM_API_KEY=k1\n")
+    script = wrapper.replace(SECRETS_TARGET, str(secrets_path))
+    show = ["sh", "-c", 'printf "%s|%s" "$PYTHONPATH" "$VLLM_API_KEY"']
+    for image_path, expected in (({}, "/opt/dgxspark/python|k1"),
+                                 ({"PYTHONPATH": "/usr/lib/image"}, "/opt/dgxspark/python:/usr/lib/image|k1")):
+        done = subprocess.run(["sh", "-c", script, "dgxspark-engine"] + show, capture_output=True, text=True,
+                              check=True, env=dict(image_path, PATH=os.environ["PATH"]))
+        assert done.stdout == expected
+
+
+def test_a_rank_without_key_or_guard_directory_runs_its_command_unwrapped():
+    assert container_wrapper(None, False) is None
+    argv = container_argv(RANK_CONTAINER, "img", ["vllm", "serve", "/m"])
+    assert argv[argv.index("img") + 1:] == ["vllm", "serve", "/m"]
+
+
+@pytest.mark.parametrize("python_dir", ["relative/dir", "/a b", "/x;rm", 7])
+def test_a_guard_directory_a_shell_would_split_is_refused(python_dir):
+    with pytest.raises(EngineConfigError, match="Python directory"):
+        container_wrapper(python_dir, False)
+
+
+@pytest.mark.parametrize("api_guard", ["relative/guard.py", "/a,b/guard.py", 7])
+def test_an_api_guard_that_cannot_be_mounted_is_refused(api_guard):
+    with pytest.raises(EngineConfigError, match="API guard"):
+        container_argv(dict(RANK_CONTAINER, api_guard=api_guard), "img", ["vllm"])
 
 
 @pytest.mark.parametrize("secrets_file", ["relative/secrets.env", "/a,b/secrets.env", 7])
