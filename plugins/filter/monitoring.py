@@ -8,6 +8,8 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._filters import a
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._monitoring import (
     MonitoringError,
     alertmanager_config,
+    metrics_readers,
+    monitoring_servers,
     prometheus_config,
     prometheus_rules,
     query_url,
@@ -27,10 +29,20 @@ def _rules(settings):
     return prometheus_rules(plain(settings))
 
 
+def _servers(groups, server_group="monitoring", node_group="dgxspark_cluster"):
+    return monitoring_servers(plain(groups), server_group, node_group)
+
+
+def _readers(groups, hostvars, server_group="monitoring", node_group="dgxspark_cluster"):
+    return metrics_readers(plain(groups), hostvars, server_group, node_group)
+
+
 class FilterModule:
     def filters(self):
         return {
             "monitoring_alertmanager_config": as_filter(_alertmanager, MonitoringError),
+            "monitoring_metrics_readers": as_filter(_readers, MonitoringError),
+            "monitoring_servers": as_filter(_servers, MonitoringError),
             "monitoring_prometheus_config": as_filter(_config, MonitoringError),
             "monitoring_prometheus_rules": as_filter(_rules, MonitoringError),
             "monitoring_query_url": as_filter(query_url, MonitoringError),

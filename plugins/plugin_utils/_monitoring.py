@@ -308,6 +308,25 @@ def _number(value):
     return str(int(value)) if value == int(value) else repr(value)
 
 
+def monitoring_servers(groups, server_group="monitoring", node_group="dgxspark_cluster"):
+    """The hosts Prometheus runs on: those of O(server_group), else the first of O(node_group)."""
+    if not isinstance(groups, dict):
+        raise MonitoringError("groups %r is not the inventory's groups" % (groups,))
+    return list(groups.get(server_group) or []) or list(groups.get(node_group) or [])[:1]
+
+
+def metrics_readers(groups, hostvars, server_group="monitoring", node_group="dgxspark_cluster"):
+    """Where the Prometheus hosts scrape from: each one's C(ansible_host), else its inventory name.
+
+    The default reader list of the engine's API guard and of the exporters' firewall chain.
+    """
+    readers = []
+    for host in monitoring_servers(groups, server_group, node_group):
+        address = hostvars[host].get("ansible_host") if host in hostvars else None
+        readers.append(str(address) if address else host)
+    return readers
+
+
 def query_url(listen_address):
     """The URL the monitoring host itself reaches Prometheus at, from its listen address
     (C(0.0.0.0:9090), C(:9090), C(10.0.0.5:9090), C([::]:9090))."""

@@ -16,6 +16,9 @@ from __future__ import annotations
 import http.server
 import json
 import re
+import shlex
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -48,6 +51,18 @@ PROMETHEUS_HOST = next(iter(HOSTS))
 ALERTMANAGER = role_settings("monitoring")["monitoring_alertmanager_listen_address"]
 
 
+def exporter_answer(address, port=9100, host=None):
+    """What node-exporter at address answers: the HTTP status, or the error's class name
+    (ConnectionRefusedError for the firewall chain's TCP reset to the connection's first
+    packet). Asked from this controller, a host outside the cluster, or from a node."""
+    script = ("import urllib.request\n"
+              "try:\n print(urllib.request.urlopen('http://%s:%d/metrics', timeout=5).status)\n"
+              "except Exception as exc:\n print(type(getattr(exc, 'reason', exc)).__name__)" % (address, port))
+    if host is None:
+        return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+    return docker_exec(host, "python3 -c %s" % shlex.quote(script)).stdout.strip()
+
+
 def test_every_target_is_up_and_reports_its_metrics():
     # The collection's jobs only: Debian's package starts Prometheus once on its own
     # configuration (job "prometheus", no host label) before the role's replaces it, and
@@ -57,6 +72,14 @@ def test_every_target_is_up_and_reports_its_metrics():
     heads = [host for host, hv in HOSTS.items() if hv["engine_service_rank"] == 0]
     expected.update({("vllm", host): "1" for host in heads})
     assert up == expected
+    # Each node's firewall chain keeps node-exporter to the Prometheus host (its scrapes: up
+    # above) and the node itself; this controller and the other nodes are refused, while
+    # node-exporter listens on every address (spark2 reaches it at the same address).
+    target = HOSTS["spark2"]["ansible_host"]
+    answers = {"controller": exporter_answer(target), "spark3": exporter_answer(target, host="spark3"),
+               "spark2 itself": exporter_answer(target, host="spark2")}
+    assert answers == {"controller": "ConnectionRefusedError", "spark3": "ConnectionRefusedError",
+                       "spark2 itself": "200"}, answers
     # The head's vLLM metrics, under their real names.
     for metric in ("vllm:generation_tokens_total", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
                    "vllm:prefix_cache_queries_total"):

@@ -84,8 +84,10 @@ def test_every_exec_line_of_the_engine_unit_is_quoted_as_execstart_is():
 
 @pytest.mark.parametrize("role, expression, variables, checked", [
     ("monitoring", "{{ monitoring_file_set['files'] }}",
-     {"groups": {"dgxspark_cluster": ["spark1"]}, "inventory_hostname": "spark1"},
-     ["/etc/systemd/system/dgxspark-node-metrics.service", "/etc/systemd/system/dgxspark-node-metrics.timer"]),
+     {"groups": {"dgxspark_cluster": ["spark1"]}, "inventory_hostname": "spark1",
+      "hostvars": {"spark1": {"ansible_host": "10.10.0.11"}}},
+     ["/etc/systemd/system/dgxspark-node-metrics.service", "/etc/systemd/system/dgxspark-node-metrics.timer",
+      "/etc/systemd/system/dgxspark-exporter-access.service"]),
     ("host_hardening", "{{ host_hardening_file_set['files'] }}", {},
      ["/etc/systemd/system/ssh.service.d/dgxspark-oom.conf"]),
     ("container_runtime", "{{ container_runtime_file_set['files'] }}",
@@ -102,3 +104,19 @@ def test_each_unit_and_drop_in_is_checked_and_nothing_else(role, expression, var
     assert validated == {path: systemd_verify_command(path) for path in checked}
     assert all(entry["content"].startswith("# Ansible managed\n") for entry in result["files"]
                if entry["path"] in checked)
+
+
+def test_the_exporter_firewall_unit_lets_in_the_prometheus_hosts_or_the_inventorys_readers():
+    base = {"groups": {"dgxspark_cluster": ["spark1", "spark2"]}, "inventory_hostname": "spark2",
+            "hostvars": {"spark1": {"ansible_host": "10.10.0.11"}, "spark2": {"ansible_host": "10.10.0.12"}}}
+    expression = {"unit": "{{ lookup('dgxspark.cluster.role_template', 'dgxspark-exporter-access.service.j2') }}"}
+    default, listed = template_role_vars("monitoring", [
+        (base, expression), (dict(base, monitoring_node_exporter_clients=["10.20.0.0/24", "prom.lan"]), expression)])
+    for result, readers in ((default, ["--reader=10.10.0.11"]), (listed, ["--reader=10.20.0.0/24", "--reader=prom.lan"])):
+        lines = {line.split("=", 1)[0]: line.split("=", 1)[1] for line in result["unit"].splitlines()
+                 if line.startswith("Exec")}
+        assert parse_systemd_exec_line(lines["ExecStart"]) == [
+            "/usr/bin/python3", "/usr/local/libexec/dgxspark/dgxspark-exporter-access.py", "apply", "--port", "9100",
+        ] + readers
+        assert parse_systemd_exec_line(lines["ExecStop"])[2:] == ["remove", "--port", "9100"]
+        assert "Before=prometheus-node-exporter.service" in result["unit"]

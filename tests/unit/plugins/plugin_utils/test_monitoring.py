@@ -119,3 +119,19 @@ def test_every_webhook_and_the_mail_address_get_each_alert_and_its_resolution():
 def test_a_receiver_or_timing_that_cannot_work_is_refused_naming_the_variable(overrides, expected):
     with pytest.raises(mon.MonitoringError, match=re.escape(expected)):
         mon.alertmanager_config(alerting(**overrides))
+
+
+def test_prometheus_runs_on_the_monitoring_group_else_on_the_first_node():
+    assert mon.monitoring_servers({"monitoring": ["mon1"], "dgxspark_cluster": ["spark1", "spark2"]}) == ["mon1"]
+    assert mon.monitoring_servers({"monitoring": [], "dgxspark_cluster": ["spark1", "spark2"]}) == ["spark1"]
+    assert mon.monitoring_servers({"dgxspark_cluster": ["spark1"]}, "prometheus", "dgxspark_cluster") == ["spark1"]
+    assert mon.monitoring_servers({}) == []
+    with pytest.raises(mon.MonitoringError, match="groups"):
+        mon.monitoring_servers(["spark1"])
+
+
+def test_the_metrics_readers_are_the_prometheus_hosts_by_their_ansible_host_else_their_name():
+    groups = {"monitoring": ["mon1", "mon2"], "dgxspark_cluster": ["spark1"]}
+    hostvars = {"mon1": {"ansible_host": "10.10.0.5"}, "mon2": {}, "spark1": {"ansible_host": "10.10.0.11"}}
+    assert mon.metrics_readers(groups, hostvars) == ["10.10.0.5", "mon2"]
+    assert mon.metrics_readers({"dgxspark_cluster": ["spark1"]}, hostvars) == ["10.10.0.11"]
