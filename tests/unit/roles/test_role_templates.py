@@ -120,3 +120,21 @@ def test_the_exporter_firewall_unit_lets_in_the_prometheus_hosts_or_the_inventor
         ] + readers
         assert parse_systemd_exec_line(lines["ExecStop"])[2:] == ["remove", "--port", "9100"]
         assert "Before=prometheus-node-exporter.service" in result["unit"]
+
+
+def test_a_firewall_chain_left_from_an_earlier_run_is_taken_off_only_where_the_firewall_is_turned_off():
+    unit = "/etc/systemd/system/dgxspark-exporter-access.service"
+    base = {"groups": {"dgxspark_cluster": ["spark1"]}, "inventory_hostname": "spark1", "hostvars": {"spark1": {}}}
+    present = {"paths": {unit: {"kind": "file"}}}
+    absent = {"paths": {unit: {"kind": None}}}
+    expression = {"left": "{{ monitoring_exporter_access_left }}", "paths": "{{ monitoring_read_spec['paths'] }}"}
+    results = template_role_vars("monitoring", [
+        (dict(base, monitoring_node_exporter_firewall=False, monitoring_state=present), expression),
+        (dict(base, monitoring_node_exporter_firewall=False, monitoring_state=absent), expression),
+        (dict(base, monitoring_state=present), expression),
+    ])
+    assert [result["left"] for result in results] == [True, False, False]
+    # The unit is read either way, the script only where the chain is wanted.
+    assert unit in results[0]["paths"] and unit in results[2]["paths"]
+    script = "/usr/local/libexec/dgxspark/dgxspark-exporter-access.py"
+    assert script not in results[0]["paths"] and script in results[2]["paths"]
