@@ -45,6 +45,7 @@ METRICS_PATH = "/metrics"
 LOOPBACK_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 
 
+# _exporter_access.py holds the same few lines: each file is installed alone.
 def _resolve(name):
     """The addresses a host name resolves to (empty when it does not)."""
     try:

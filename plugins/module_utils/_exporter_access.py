@@ -34,6 +34,9 @@ CHAIN = "DGXSPARK-EXPORTER"
 FAMILIES = (("iptables", 4), ("ip6tables", 6))
 
 
+# The same few lines as _engine_api_guard.py's: each file is installed alone
+# (this one in libexec, that one into the engine's container), so neither can
+# import the other.
 def _resolve(name):
     try:
         infos = socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM)
