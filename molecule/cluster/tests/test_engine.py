@@ -11,6 +11,8 @@ import re
 import shlex
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -24,6 +26,7 @@ from helpers import (
     engine_head,
     flat,
     group_vars,
+    http_answer,
     inventory_hosts,
     node_state,
     run_playbook,
@@ -105,9 +108,6 @@ def management_url():
 
 def api_status(path, method="GET", body=None, api_key=""):
     """The HTTP status and text the head's API gives this controller, a host outside the cluster."""
-    import urllib.error
-    import urllib.request
-
     url = management_url()
     headers = {"Content-Type": "application/json"}
     if api_key:
@@ -119,15 +119,6 @@ def api_status(path, method="GET", body=None, api_key=""):
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
-
-
-def metrics_status_from(host):
-    """The HTTP status of the head's /metrics asked from a node, without the key."""
-    url = management_url()
-    return node_state(host, "python3 -c %s" % shlex.quote(
-        "import urllib.request, urllib.error\n"
-        "try:\n print(urllib.request.urlopen(%r, timeout=10).status)\n"
-        "except urllib.error.HTTPError as exc:\n print(exc.code)" % (url + "/metrics"))).strip()
 
 
 def test_the_api_asks_the_key_on_every_path_but_health_and_serves_metrics_to_the_monitoring_host_only():
@@ -152,7 +143,8 @@ def test_the_api_asks_the_key_on_every_path_but_health_and_serves_metrics_to_the
     assert status == 403 and "monitoring hosts" in text
     status, text = api_status("/metrics", api_key=API_KEY)
     assert status == 200 and "vllm:num_requests_running" in text
-    assert {host: metrics_status_from(host) for host in ("spark1", "spark2")} == {"spark1": "200", "spark2": "403"}
+    assert {host: http_answer(management_url() + "/metrics", host) for host in ("spark1", "spark2")} == {
+        "spark1": "200", "spark2": "403"}
 
 
 def test_the_gid_index_is_resolved_per_node_at_start():

@@ -16,9 +16,6 @@ from __future__ import annotations
 import http.server
 import json
 import re
-import shlex
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -30,6 +27,7 @@ from helpers import (
     flat,
     group_vars,
     head_pid,
+    http_answer,
     inventory_hosts,
     query,
     record_alert_time,
@@ -51,18 +49,6 @@ PROMETHEUS_HOST = next(iter(HOSTS))
 ALERTMANAGER = role_settings("monitoring")["monitoring_alertmanager_listen_address"]
 
 
-def exporter_answer(address, port=9100, host=None):
-    """What node-exporter at address answers: the HTTP status, or the error's class name
-    (ConnectionRefusedError for the firewall chain's TCP reset to the connection's first
-    packet). Asked from this controller, a host outside the cluster, or from a node."""
-    script = ("import urllib.request\n"
-              "try:\n print(urllib.request.urlopen('http://%s:%d/metrics', timeout=5).status)\n"
-              "except Exception as exc:\n print(type(getattr(exc, 'reason', exc)).__name__)" % (address, port))
-    if host is None:
-        return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
-    return docker_exec(host, "python3 -c %s" % shlex.quote(script)).stdout.strip()
-
-
 def test_every_target_is_up_and_reports_its_metrics():
     # The collection's jobs only: Debian's package starts Prometheus once on its own
     # configuration (job "prometheus", no host label) before the role's replaces it, and
@@ -75,9 +61,11 @@ def test_every_target_is_up_and_reports_its_metrics():
     # Each node's firewall chain keeps node-exporter to the Prometheus host (its scrapes: up
     # above) and the node itself; this controller and the other nodes are refused, while
     # node-exporter listens on every address (spark2 reaches it at the same address).
-    target = HOSTS["spark2"]["ansible_host"]
-    answers = {"controller": exporter_answer(target), "spark3": exporter_answer(target, host="spark3"),
-               "spark2 itself": exporter_answer(target, host="spark2")}
+    # A refused connection answers ConnectionRefusedError (the chain's TCP reset to its first packet).
+    exporter_port = role_settings("monitoring")["monitoring_node_exporter_port"]
+    exporter = "http://%s:%d/metrics" % (HOSTS["spark2"]["ansible_host"], exporter_port)
+    answers = {"controller": http_answer(exporter), "spark3": http_answer(exporter, host="spark3"),
+               "spark2 itself": http_answer(exporter, host="spark2")}
     assert answers == {"controller": "ConnectionRefusedError", "spark3": "ConnectionRefusedError",
                        "spark2 itself": "200"}, answers
     # The head's vLLM metrics, under their real names.

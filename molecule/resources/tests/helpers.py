@@ -9,8 +9,10 @@ import itertools
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -404,6 +406,20 @@ def run_until_killed(playbook, pattern, extra_vars=None, timeout=600):
     _returncode, output, killed = run_watched(playbook, {pattern: lambda: True}, extra_vars, timeout)
     assert killed, "the playbook never reached %r:\n%s" % (pattern, output[-3000:])
     return output
+
+
+def http_answer(url, host=None, timeout=10):
+    """What a GET of url answers, asked from this controller (host None: a host outside the
+    cluster) or from the node host: the HTTP status, an error status too, or the class name of
+    the error that kept it from answering (ConnectionRefusedError for a connection refused or
+    reset at its first packet)."""
+    script = ("import urllib.request, urllib.error\n"
+              "try:\n print(urllib.request.urlopen(%r, timeout=%d).status)\n"
+              "except urllib.error.HTTPError as exc:\n print(exc.code)\n"
+              "except Exception as exc:\n print(type(getattr(exc, 'reason', exc)).__name__)" % (url, timeout))
+    if host is None:
+        return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+    return docker_exec(host, "python3 -c " + shlex.quote(script)).stdout.strip()
 
 
 def docker_exec(host, command):
