@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 
 import pytest
 
@@ -44,10 +45,15 @@ def site(tmp_path):
     _dist(tmp_path, "torchvision", "0.28.0", ["torchvision/__init__.py", "torchvision/ops/nms.py"])
     (tmp_path / "torchvision.libs").mkdir()
     (tmp_path / "torchvision.libs" / "libcudart.so").write_text("x")
-    shm = tmp_path / "vllm" / "distributed" / "device_communicators" / "shm_broadcast.py"
-    shm.parent.mkdir(parents=True)
-    shm.write_text(SHM_SOURCE)
+    for relative, source in ((SHM_BROADCAST, SHM_SOURCE), (CPU_PLATFORM, CPU_PLATFORM_SOURCE)):
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
     return tmp_path
+
+
+SHM_BROADCAST = "vllm/distributed/device_communicators/shm_broadcast.py"
+CPU_PLATFORM = "vllm/platforms/cpu.py"
 
 
 # The reader side of vLLM 0.32's SpinCondition, as far as the fix-up reads it.
@@ -59,6 +65,26 @@ SHM_SOURCE = """class SpinCondition:
     ):
         self.busy_loop_s = busy_loop_s
 """
+
+# The end of vLLM 0.32's CpuPlatform.check_and_update_config, as far as the fix-up reads it.
+CPU_PLATFORM_SOURCE = """import os
+
+
+def check_and_update_config():
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+"""
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _edit(fixup, path):
+    (edit,) = [edit for edit in fixup.SOURCE_EDITS if edit.path == path]
+    return edit
 
 
 @pytest.mark.parametrize(
@@ -97,25 +123,43 @@ def test_main_is_idempotent(fixup, site, capsys):
     first = capsys.readouterr().out
     assert "removed torchvision" in first and "added vllm-0.32.0+cpu.dist-info" in first
     assert "readers spin 0.1 s, not 1 s, before they sleep" in first
+    assert "the environment's VLLM_WORKER_MULTIPROC_METHOD is kept" in first
     assert fixup.main(["fixup", str(site)]) == 0
     assert capsys.readouterr().out == ""
 
 
 def test_shm_readers_spin_briefly_once_and_the_module_still_loads(fixup, site):
-    assert fixup.shorten_reader_spin(site) is True
-    path = site / fixup.SHM_BROADCAST
-    spec = importlib.util.spec_from_file_location("shm_broadcast_standin", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.SpinCondition(is_reader=True).busy_loop_s == 0.1
+    edit = _edit(fixup, SHM_BROADCAST)
+    assert fixup.edit_source(site, edit) is True
+    path = site / SHM_BROADCAST
+    assert _load(path, "shm_broadcast_standin").SpinCondition(is_reader=True).busy_loop_s == 0.1
     # Compiled again: the engine reads the tree read-only and cannot write the cache.
     assert list((path.parent / "__pycache__").glob("shm_broadcast.*.pyc"))
-    assert fixup.shorten_reader_spin(site) is False
+    assert fixup.edit_source(site, edit) is False
 
 
-def test_shm_reader_of_another_vllm_is_refused_naming_the_file(fixup, site, capsys):
-    (site / fixup.SHM_BROADCAST).write_text("class SpinCondition:\n    busy_loop_s = 2\n")
-    with pytest.raises(ValueError, match="shm_broadcast.py has no single 'busy_loop_s: float = 1,'"):
-        fixup.shorten_reader_spin(site)
+@pytest.mark.parametrize(("environment", "expected"), [({}, "spawn"), ({"VLLM_WORKER_MULTIPROC_METHOD": "fork"}, "fork")])
+def test_the_cpu_platform_keeps_the_start_method_the_environment_sets(fixup, site, monkeypatch, environment, expected):
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    path = site / CPU_PLATFORM
+    assert fixup.edit_source(site, _edit(fixup, CPU_PLATFORM)) is True
+    _load(path, "cpu_platform_standin").check_and_update_config()
+    assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == expected
+    assert list((path.parent / "__pycache__").glob("cpu.*.pyc"))
+
+
+@pytest.mark.parametrize(
+    ("path", "source", "message"),
+    [
+        (SHM_BROADCAST, "class SpinCondition:\n    busy_loop_s = 2\n", "shared-memory reader changed"),
+        (CPU_PLATFORM, "import os\n", "CPU platform picks its start method another way"),
+    ],
+)
+def test_a_source_of_another_vllm_is_refused_naming_the_file(fixup, site, capsys, path, source, message):
+    (site / path).write_text(source)
+    with pytest.raises(ValueError, match="%s has no single" % path.rsplit("/", 1)[1]):
+        fixup.edit_source(site, _edit(fixup, path))
     assert fixup.main(["fixup", str(site)]) == 1
-    assert "shared-memory reader changed" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
