@@ -94,11 +94,16 @@ dgxspark_require_docker() {
 
 # The node image, and what the simulated cluster's engine needs (the vLLM CPU
 # runtime, the tiny model, the engine image stand-ins): each is built once and
-# reused while its inputs are unchanged.
+# reused while its inputs are unchanged. The two are independent and built at
+# once: on a fresh machine the node image's mmdebstrap runs while the vLLM
+# runtime is fetched and unpacked.
 dgxspark_node_image() {
-  DGXSPARK_NODE_IMAGE=$("$DGXSPARK_ROOT/tools/node-image")
+  local assets
+  "$DGXSPARK_ROOT/tools/sim-assets" all &
+  assets=$!
+  DGXSPARK_NODE_IMAGE=$("$DGXSPARK_ROOT/tools/node-image") || { wait "$assets"; return 1; }
   export DGXSPARK_NODE_IMAGE
-  "$DGXSPARK_ROOT/tools/sim-assets" all
+  wait "$assets" || return 1
   dgxspark_sim_ssh
 }
 
