@@ -13,13 +13,24 @@ One implementation with four callers, run on the node's system Python
   ``--wait`` seconds, whether the head answers (``probe``, looking every
   ``--poll`` seconds);
 * the engine watchdog beside the head's unit: it sends a checked completion
-  every ``--interval`` seconds and, once the cluster has served, stops the
-  head after ``--failures`` failed completions in a row, so a cluster that
-  lost a rank is stopped rather than left half-alive (``watch``);
+  every ``--interval`` seconds and, once the cluster has served,
+  ``--failures`` failed completions in a row restart the head (a wedged
+  engine), at most ``--restarts`` times within ``--restart-window`` seconds
+  (recorded in ``--restart-log``); past that budget they stop it, so a
+  cluster that lost a rank is stopped rather than left half-alive (``watch``);
 * the engine watchdog beside every other rank's unit: it only looks whether
   the head's API port accepts a TCP connection and, once it has, stops its
-  rank after ``--failures`` refused or timed-out looks in a row (``follow``);
+  rank after ``--failures`` refused or timed-out looks in a row (``follow``).
+  With ``--rejoin-wait`` it first starts a transient unit that starts the
+  rank again once the head's rendezvous port accepts (the head restarted by
+  its watchdog) while its API port does not yet, within that many seconds
+  (``rejoin``); a head that does not come back leaves the rank stopped;
 * the status playbook (``probe`` with ``--wait 0``).
+
+Both watchdogs stop their rank when the cluster has not served within
+``--serve-within`` seconds of the watchdog's start: a head restarted by its
+watchdog that waits for a rank that never comes, and the ranks that rejoined
+it, are not left waiting.
 
 With ``--journal-since EPOCH`` a probe also says which part of its start
 the rank is in (``phase``: ``start_phase`` of ``_engine_timeline.py``, from
@@ -44,10 +55,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -235,20 +248,29 @@ def _log(message):
 STARTING_INTERVAL = 5.0
 
 
-def _guard(unit, look, interval, failures, stop, clock, sleep, units, log):
+def _guard(unit, look, interval, failures, act, clock, sleep, units, log, serve_within=None, on_stopped=None):
     """The loop of a watchdog: O(look) every O(interval) seconds while O(unit)
     runs (every STARTING_INTERVAL seconds at most until a look has been
     ready). Once a look has been ready, O(failures) looks in a row that are
-    not stop the rank (when O(stop)) and return the reason; returns None when
-    the unit stops by itself. Logs state changes only, never a healthy look."""
+    not call O(act) with the last look's detail, and the reason it returns is
+    returned; so is the reason of a cluster that has not served within
+    O(serve_within) seconds of the first look (O(act) with C(serve_within)).
+    Returns None when the unit stops by itself, after calling O(on_stopped)
+    when the cluster had served and a look fails then (the rank died with what
+    it watched). Logs state changes only, never a healthy look."""
     served = False
     failed = 0
+    began = clock()
     while True:
         # Looks start every interval, however long a look itself takes.
         look_began = clock()
         state = units()
         if state["active"] != UNIT_ACTIVE:
             log("unit %s is %s; watchdog ends" % (unit, state["active"]))
+            # A rank that died while its head does not answer died with it (its
+            # peers went away): looked at once more, as it may have died first.
+            if on_stopped is not None and served and (failed or not look()["ready"]):
+                on_stopped()
             return None
         answer = look()
         if answer["ready"]:
@@ -259,35 +281,127 @@ def _guard(unit, look, interval, failures, stop, clock, sleep, units, log):
             failed += 1
             log("look %d of %d failed: %s" % (failed, failures, answer["detail"]))
             if failed >= failures:
-                reason = ("the cluster stopped serving (%s); stopping rank unit %s so that no rank is left half-alive"
-                          % (answer["detail"], unit))
-                log(reason)
-                if stop:
-                    subprocess.run(["systemctl", "stop", "--no-block", unit], check=False)
-                return reason
+                return act(answer["detail"])
+        elif serve_within is not None and clock() - began >= serve_within:
+            return act(None)
         next_look = look_began + (interval if served else min(interval, STARTING_INTERVAL))
         sleep(max(0.0, next_look - clock()))
 
 
-def watch(unit, api, interval, failures, stop, clock=time.monotonic, sleep=time.sleep, look=None, units=None, log=None):
+def _why(detail, serve_within):
+    """What the watchdog saw: the failed look's detail, or the bound that passed."""
+    if detail is None:
+        return "the cluster did not serve within %g s of this rank's start" % serve_within
+    return "the cluster stopped serving (%s)" % detail
+
+
+def stopper(unit, stop, log, serve_within=None, before_stop=None):
+    """The act of a watchdog that stops its rank (when O(stop)); O(before_stop)
+    runs first (the follower's rejoin). Returns the reason it logged."""
+    def act(detail):
+        reason = "%s; stopping rank unit %s so that no rank is left half-alive" % (_why(detail, serve_within), unit)
+        log(reason)
+        if stop:
+            if before_stop is not None and detail is not None:
+                before_stop()
+            subprocess.run(["systemctl", "stop", "--no-block", unit], check=False)
+        return reason
+    return act
+
+
+def restarts_in_window(text, now, window):
+    """The epochs, one a line of O(text), that are less than O(window) seconds
+    before O(now) (or after it: the clock went back, or the file rounded one
+    up); lines that are not a number are left out."""
+    epochs = []
+    for line in text.splitlines():
+        try:
+            epoch = float(line.split()[0])
+        except (IndexError, ValueError):
+            continue
+        if now - window < epoch:
+            epochs.append(epoch)
+    return epochs
+
+
+class RestartBudget:
+    """At most O(restarts) automatic restarts within O(window) seconds, each
+    recorded as its epoch, one a line, in the file at O(path) (which keeps
+    only the restarts still within the window)."""
+
+    def __init__(self, path, restarts, window, clock=time.time):
+        self.path, self.restarts, self.window, self.clock = path, restarts, window, clock
+
+    def spend(self):
+        """(True, restarts counted with this one) when one more restart is
+        within the budget, and records it; (False, restarts counted) when not."""
+        now = self.clock()
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                recent = restarts_in_window(handle.read(), now, self.window)
+        except FileNotFoundError:
+            recent = []
+        if len(recent) >= self.restarts:
+            return False, len(recent)
+        recent.append(now)
+        directory = os.path.dirname(self.path) or "."
+        os.makedirs(directory, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=directory, prefix=".restarts-")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write("".join("%.3f\n" % epoch for epoch in recent))
+        os.replace(temporary, self.path)
+        return True, len(recent)
+
+
+def restarter(unit, budget, stop, log, serve_within=None):
+    """The act of the head's watchdog: restart the rank (the wedged engine) while
+    O(budget) allows it, else stop it; a cluster that did not serve within
+    O(serve_within) is stopped, never restarted. Returns the reason it logged."""
+    def act(detail):
+        if detail is None or budget is None or budget.restarts <= 0:
+            return stopper(unit, stop, log, serve_within)(detail)
+        allowed, used = budget.spend() if stop else (True, 0)
+        if not allowed:
+            reason = ("%s and the watchdog's restart budget is spent (%d automatic restarts in the last %g s); stopping "
+                      "rank unit %s so that no rank is left half-alive: it stays stopped until site.yml or restart.yml "
+                      "starts it" % (_why(detail, None), used, budget.window, unit))
+            log(reason)
+            subprocess.run(["systemctl", "stop", "--no-block", unit], check=False)
+            return reason
+        reason = "%s; restarting rank unit %s, automatic restart %d of %d within %g s" % (
+            _why(detail, None), unit, used, budget.restarts, budget.window)
+        log(reason)
+        if stop:
+            subprocess.run(["systemctl", "restart", "--no-block", unit], check=False)
+        return reason
+    return act
+
+
+def watch(unit, api, interval, failures, stop, clock=time.monotonic, sleep=time.sleep, look=None, units=None, log=None,
+          budget=None, serve_within=None):
     """The head's watchdog: a checked completion every O(interval) seconds;
-    once the API has answered, O(failures) failed completions in a row stop
-    the rank (when O(stop)) and return the reason. Returns None when the unit
-    stops by itself."""
+    once the API has answered, O(failures) failed completions in a row restart
+    the rank while O(budget) (a RestartBudget, or None) allows it and stop it
+    otherwise (only when O(stop)), returning the reason. Returns None when the
+    unit stops by itself."""
     log = log or _log
-    log("watchdog of %s: a checked completion every %g s; once the engine has served, %d failed looks in a row"
-        " stop the unit" % (unit, interval, failures))
-    return _guard(unit, look or (lambda: api_answers(**api)), interval, failures, stop, clock, sleep,
-                  units or (lambda: unit_state(unit)), log)
+    log("watchdog of %s: a checked completion every %g s; once the engine has served, %d failed looks in a row %s"
+        % (unit, interval, failures, "restart the unit, at most %d times within %g s, then stop it"
+           % (budget.restarts, budget.window) if budget is not None and budget.restarts > 0 else "stop the unit"))
+    return _guard(unit, look or (lambda: api_answers(**api)), interval, failures,
+                  restarter(unit, budget, stop, log, serve_within), clock, sleep,
+                  units or (lambda: unit_state(unit)), log, serve_within)
 
 
 def follow(unit, address, interval, failures, stop, timeout=30.0, clock=time.monotonic, sleep=time.sleep,
-           connect=None, units=None, log=None):
+           connect=None, units=None, log=None, rejoin_argv=None, serve_within=None):
     """The watchdog of a rank that is not the head: every O(interval) seconds,
     whether the head's API port at O(address) (host, port) accepts a TCP
     connection; once it has, O(failures) refused or timed-out looks in a row
-    stop the rank (when O(stop)) and return the reason. Returns None when the
-    unit stops by itself."""
+    stop the rank (when O(stop)) and return the reason, after starting
+    O(rejoin_argv) (the transient unit that starts the rank again when its
+    head comes back), when given; so does a rank that stops by itself after a
+    failed look. Returns None when the unit stops by itself."""
     host, port = address
     # A head that takes longer than an interval to accept has failed the look;
     # waiting longer would only slow the count of failures.
@@ -295,8 +409,55 @@ def follow(unit, address, interval, failures, stop, timeout=30.0, clock=time.mon
     log = log or _log
     log("watchdog of %s: looks at port %d of the head %s every %g s; once it has accepted, %d failed looks in a row"
         " stop the unit" % (unit, port, host, interval, failures))
-    return _guard(unit, connect or (lambda: port_accepts(host, port, connect_timeout)), interval, failures, stop,
-                  clock, sleep, units or (lambda: unit_state(unit)), log)
+
+    def arm_rejoin():
+        started = subprocess.run(rejoin_argv, check=False)
+        if started.returncode != 0:
+            log("could not start the rejoin (%s exited %d); the rank stays stopped" % (rejoin_argv[0], started.returncode))
+
+    # A rank that its watchdog stops, or that dies by itself while the head does
+    # not answer (its gloo peer went away), starts again when the head comes back.
+    rejoin_after = arm_rejoin if rejoin_argv and stop else None
+    act = stopper(unit, stop, log, serve_within, rejoin_after)
+    return _guard(unit, connect or (lambda: port_accepts(host, port, connect_timeout)), interval, failures, act,
+                  clock, sleep, units or (lambda: unit_state(unit)), log, serve_within, on_stopped=rejoin_after)
+
+
+def rejoin(unit, master, api, wait, interval=2.0, clock=time.monotonic, sleep=time.sleep, connect=None, units=None,
+           log=None):
+    """After a follower stopped its rank because the head stopped serving: start
+    the rank again once the head's rendezvous port O(master) (host, port)
+    accepts while its API port O(api) does not yet (the head restarted by its
+    watchdog waits for its ranks), within O(wait) seconds. Returns "started",
+    "running" (the unit was started by someone else meanwhile) or None (the
+    head did not come back: the rank stays stopped)."""
+    log = log or _log
+    connect = connect or (lambda address: port_accepts(address[0], address[1], interval))
+    units = units or (lambda: unit_state(unit))
+    log("rank unit %s stops with its head: it starts again if port %d of the head %s accepts within %g s"
+        % (unit, master[1], master[0], wait))
+    deadline = clock() + wait
+    # The follower starts this just before it stops the rank: a unit still
+    # running, or stopping, is the one it stops, not one started since.
+    stopped = False
+    while clock() < deadline:
+        look_began = clock()
+        state = units()["active"]
+        if state in (UNIT_ACTIVE, "activating", "deactivating"):
+            if stopped:
+                log("unit %s was started meanwhile; the rejoin ends" % unit)
+                return "running"
+        else:
+            stopped = True
+        if stopped and connect(master)["ready"] and not connect(api)["ready"]:
+            log("port %d of the head %s accepts again: starting rank unit %s to rejoin the head's start"
+                % (master[1], master[0], unit))
+            subprocess.run(["systemctl", "start", "--no-block", unit], check=False)
+            return "started"
+        sleep(max(0.0, look_began + interval - clock()))
+    log("the head did not come back within %g s; rank unit %s stays stopped until site.yml or restart.yml starts it"
+        % (wait, unit))
+    return None
 
 
 def cluster_verdict(probes, head):
@@ -354,20 +515,61 @@ def _argument_parser():
     parser.add_argument("--failures", type=int, default=3,
                         help="watch and follow: failed looks in a row that stop the rank once the head has served")
     parser.add_argument("--no-stop", action="store_true", help="watch and follow: report, do not stop the rank")
+    parser.add_argument("--serve-within", type=float,
+                        help="watch and follow: stop the rank when the cluster has not served within these seconds")
+    parser.add_argument("--restarts", type=int, default=0,
+                        help="watch: automatic restarts of the rank within --restart-window; 0 stops it instead")
+    parser.add_argument("--restart-window", type=float, default=3600.0, help="watch: seconds the restart budget spans")
+    parser.add_argument("--restart-log", help="watch: file recording the automatic restarts (needed with --restarts)")
+    parser.add_argument("--rejoin-wait", type=float,
+                        help="follow: seconds a stopped rank waits for its head to come back (a transient unit)")
+    parser.add_argument("--master", help="follow and rejoin: the head's rendezvous address, HOST:PORT")
+    watchdog.add_argument("--rejoin", action="store_true",
+                          help="start the rank once the head's rendezvous port (--master) accepts and its API does not"
+                               " (the transient unit --follow starts)")
     return parser
+
+
+def _host_port(value):
+    host, _sep, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise EngineHealthError("%r is not HOST:PORT" % (value,))
+    return host.strip("[]"), int(port)
+
+
+REJOIN_UNIT_SUFFIX = "-rejoin"
+
+
+def rejoin_argv(args, script):
+    """The command that starts the rejoin of O(args)' rank as a transient unit."""
+    return ["systemd-run", "--unit", args.unit.rsplit(".service", 1)[0] + REJOIN_UNIT_SUFFIX, "--collect", "--quiet",
+            "--description", "Start %s again when its head comes back" % args.unit,
+            "--property", "RuntimeMaxSec=%d" % (int(args.rejoin_wait) + 60),
+            sys.executable, script, "--unit", args.unit, "--rejoin", "--master", args.master,
+            "--api-url", args.api_url, "--rejoin-wait", "%g" % args.rejoin_wait]
 
 
 def main(argv=None):
     parser = _argument_parser()
     args = parser.parse_args(argv)
-    if (args.watch or args.follow) and not args.api_url:
-        parser.error("--%s needs --api-url" % ("watch" if args.watch else "follow"))
+    mode = "watch" if args.watch else "follow" if args.follow else "rejoin" if args.rejoin else None
+    if mode and not args.api_url:
+        parser.error("--%s needs --api-url" % mode)
+    if (args.rejoin or args.rejoin_wait is not None) and not args.master:
+        parser.error("--%s needs --master" % ("rejoin" if args.rejoin else "rejoin-wait"))
+    if args.restarts > 0 and not args.restart_log:
+        parser.error("--restarts needs --restart-log")
+    try:
+        address = api_address(args.api_url) if mode else None
+        master = _host_port(args.master) if args.master else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.rejoin:
+        return 0 if rejoin(args.unit, master, address, args.rejoin_wait or 0.0) else EXIT_FAILURE
     if args.follow:
-        try:
-            address = api_address(args.api_url)
-        except ValueError as exc:
-            parser.error("--api-url: %s" % exc)
-        reason = follow(args.unit, address, args.interval, args.failures, not args.no_stop, timeout=args.timeout)
+        reason = follow(args.unit, address, args.interval, args.failures, not args.no_stop, timeout=args.timeout,
+                        rejoin_argv=rejoin_argv(args, os.path.abspath(__file__)) if args.rejoin_wait else None,
+                        serve_within=args.serve_within)
         return EXIT_FAILURE if reason else 0
     api = None
     if args.api_url:
@@ -378,7 +580,9 @@ def main(argv=None):
             "max_tokens": args.max_tokens, "api_key": _read_secret(args.secrets_file), "timeout": args.timeout,
         }
     if args.watch:
-        reason = watch(args.unit, api, args.interval, args.failures, not args.no_stop)
+        budget = RestartBudget(args.restart_log, args.restarts, args.restart_window) if args.restarts > 0 else None
+        reason = watch(args.unit, api, args.interval, args.failures, not args.no_stop, budget=budget,
+                       serve_within=args.serve_within)
         return EXIT_FAILURE if reason else 0
     report = probe(args.unit, api, wait=args.wait, interval=args.poll)
     if args.journal_since is not None:

@@ -55,6 +55,8 @@ INPUT_RANGES = {
     "engine_service_watchdog_interval": (1, 3600),
     "engine_service_watchdog_follow_interval": (1, 3600),
     "engine_service_watchdog_failures": (1, 1000),
+    "engine_service_watchdog_restarts": (0, 100),
+    "engine_service_watchdog_restart_window": (60, 604800),
     "engine_service_gid_port": (1, 255),
     "fabric_report_ping_count": (1, 100000),
     "fabric_report_ping_interval": (0.002, 60),

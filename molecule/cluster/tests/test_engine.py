@@ -11,6 +11,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -22,15 +23,20 @@ from helpers import (
     ROOT,
     completion,
     deployed_record,
+    docker_exec,
     engine_container,
     engine_head,
+    firing,
     flat,
     group_vars,
+    head_pid,
     http_answer,
     inventory_hosts,
     node_state,
+    role_settings,
     run_playbook,
     unit_state,
+    wait_for,
 )
 
 sys.path.insert(0, str(ROOT / "collections"))
@@ -48,6 +54,8 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils._engine_systemd i
 testinfra_hosts = ["local://"]
 
 HOSTS = sorted(inventory_hosts())
+WATCHDOG_UNIT = "dgxspark-engine-watchdog.service"
+RESTART_LOG = "/var/lib/dgxspark/engine/watchdog-restarts.log"
 
 
 def exec_start(host):
@@ -233,6 +241,15 @@ def test_only_the_head_probes_the_api_the_other_ranks_follow_it():
         assert ("--watch" in argv, "--follow" in argv) == (is_head, not is_head), argv
         # A follower sends no completion: it has neither the prompt nor the model.
         assert ("--prompt" in argv) == is_head
+        # The head restarts a wedged engine within its budget; a follower rejoins it at its
+        # rendezvous port.
+        if is_head:
+            assert argv[argv.index("--restarts") + 1] == str(role_settings("engine_service")["engine_service_watchdog_restarts"])
+            assert argv[argv.index("--restart-log") + 1] == RESTART_LOG
+        else:
+            master = "%s:%d" % (inventory_hosts()["spark1"]["roce_fabric_address"],
+                                role_settings("engine_service")["engine_service_master_port"])
+            assert argv[argv.index("--master") + 1] == master, argv
         assert unit_state(host, "dgxspark-engine-watchdog.service") == "active"
 
 
@@ -271,3 +288,61 @@ def test_the_units_pass_systemd_analyze_and_a_unit_it_refuses_replaces_nothing()
         assert node_state("spark1", "cat %s; ls %s" % (unit, directory)) == good + "check.service\n"
     finally:
         node_state("spark1", "rm -rf " + directory)
+
+
+def journal(host, unit, since):
+    """The unit's journal on the node since the epoch O(since) (the nodes share this machine's clock)."""
+    return node_state(host, "journalctl -u %s --since @%d --no-pager -o cat" % (unit, since))
+
+
+def test_a_wedged_engine_is_restarted_by_the_heads_watchdog_and_the_other_ranks_rejoin_it():
+    """The head's engine core is frozen (SIGSTOP) while the cluster serves. The head's watchdog
+    command, exactly as its unit runs it but looking every 2 s with a 5 s completion timeout
+    (the simulated inventory's unit looks once a minute, to keep the idle cluster quiet),
+    restarts the head's unit and records the restart against its budget; the other ranks' own
+    watchdogs stop their ranks as the head's API port closes, and each rank's rejoin unit starts
+    it again once the head's rendezvous port is back. The cluster serves again, every rank in a
+    new container with its watchdog."""
+    head, _url = engine_head()
+    before = {host: engine_container(host) for host in HOSTS}
+    unit = node_state(head, "systemctl cat " + WATCHDOG_UNIT)
+    (line,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    argv = parse_systemd_exec_line(line[len("ExecStart="):])
+    argv[argv.index("--interval") + 1] = "2"
+    argv += ["--timeout", "5"]
+    probe_unit = "dgxspark-test-watchdog"
+    since = int(time.time())
+    docker_exec(head, "rm -f " + RESTART_LOG)
+    docker_exec(head, "systemd-run --unit %s --collect --quiet -- %s" % (probe_unit, " ".join(shlex.quote(a) for a in argv)))
+    pid = None
+    try:
+        assert wait_for(lambda: "the engine serves" in journal(head, probe_unit, since), 30), journal(head, probe_unit, since)
+        pid = head_pid(head, "VLLM::EngineCor")
+        frozen = time.monotonic()
+        docker_exec(head, "kill -STOP %s" % pid)
+        restarting = "restarting rank unit %s, automatic restart 1 of %d within 3600 s" % (
+            ENGINE_UNIT, role_settings("engine_service")["engine_service_watchdog_restarts"])
+        assert wait_for(lambda: restarting in journal(head, probe_unit, since), 60, step=0.5), journal(head, probe_unit, since)
+        restarted = time.monotonic() - frozen
+        assert wait_for(lambda: completion()[0] == 200, 240, step=2), [unit_state(host) for host in HOSTS]
+        served = time.monotonic() - frozen
+    finally:
+        if pid is not None:
+            subprocess.run(["docker", "exec", head, "kill", "-CONT", pid], capture_output=True, check=False)
+        subprocess.run(["docker", "exec", head, "systemctl", "stop", probe_unit], capture_output=True, check=False)
+    print("wedged engine: restarted %.1f s after the freeze, serving again after %.1f s" % (restarted, served))
+    # The budget counts it, on the head.
+    assert len(node_state(head, "cat " + RESTART_LOG).split()) == 1
+    # Every rank runs in a new container: the head restarted, each other rank stopped and rejoined.
+    after = {host: engine_container(host) for host in HOSTS}
+    assert all(after[host] and after[host].split()[0] != before[host].split()[0] for host in HOSTS), (before, after)
+    for host in HOSTS:
+        if host != head:
+            said = journal(host, "dgxspark-engine-rejoin", since)
+            assert "accepts again: starting rank unit %s to rejoin the head's start" % ENGINE_UNIT in said, (host, said)
+    assert wait_for(lambda: [unit_state(host, WATCHDOG_UNIT) for host in HOSTS] == ["active"] * 4, 30), \
+        [unit_state(host, WATCHDOG_UNIT) for host in HOSTS]
+    # The restart's own alerts clear before the tests after this one.
+    assert wait_for(lambda: not firing("DgxsparkEngineRankDown") and not firing("DgxsparkEngineReplicaDown"), 60), \
+        (firing("DgxsparkEngineRankDown"), firing("DgxsparkEngineReplicaDown"))
+    docker_exec(head, "rm -f " + RESTART_LOG)

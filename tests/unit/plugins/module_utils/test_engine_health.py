@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import socket
@@ -18,6 +19,7 @@ from unit_support import REPO_ROOT, serving
 from ansible_collections.dgxspark.cluster.plugins.module_utils import _engine_health
 from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_health import (
     EngineHealthError,
+    RestartBudget,
     api_address,
     api_answers,
     cluster_verdict,
@@ -27,6 +29,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils._engine_health im
     main,
     port_accepts,
     probe,
+    rejoin,
+    restarts_in_window,
     watch,
 )
 
@@ -402,6 +406,11 @@ def test_script_reads_the_api_key_from_the_secrets_file_and_never_prints_it(engi
     (["--watch"], "--watch needs --api-url"),
     (["--follow", "--api-url", "10.0.0.11:8000"], "names no host"),
     (["--api-url", "http://10.0.0.11:8000"], "--api-url needs --model"),
+    (["--watch", "--api-url", "http://10.0.0.11:8000", "--model", "tiny", "--restarts", "2"],
+     "--restarts needs --restart-log"),
+    (["--rejoin", "--api-url", "http://10.0.0.11:8000"], "--rejoin needs --master"),
+    (["--follow", "--api-url", "http://10.0.0.11:8000", "--rejoin-wait", "60"], "--rejoin-wait needs --master"),
+    (["--follow", "--api-url", "http://10.0.0.11:8000", "--master", "10.0.0.11"], "'10.0.0.11' is not HOST:PORT"),
 ])
 def test_script_refuses_contradicting_or_incomplete_arguments(argv, problem, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -470,3 +479,161 @@ def test_a_journal_that_cannot_be_read_gives_an_unknown_phase_not_a_failed_probe
     assert _engine_health.start_phase("u", 0, journal=unreadable) == {
         "phase": "unknown", "elapsed": None, "since": None, "detail": "journalctl: not found"}
     assert _engine_health.start_phase("u", 0, journal=lambda: "", clock=lambda: 5.0)["phase"] == "waiting for the unit"
+
+
+# --- Automatic restarts of a wedged head, and the other ranks' rejoin -------------------
+
+GOOD = {"ready": True, "detail": "ok", "text": " 42"}
+TIMED_OUT = {"ready": False, "detail": "/v1/completions: timed out", "text": None}
+
+
+@pytest.fixture
+def systemctl_calls(monkeypatch):
+    """Every command the watchdog ran, each answered with success."""
+    calls = []
+
+    def run(argv, check):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0)
+    monkeypatch.setattr(_engine_health.subprocess, "run", run)
+    return calls
+
+
+def test_restarts_in_window_counts_the_recent_epochs_and_skips_what_is_not_one():
+    assert restarts_in_window("100.5\nnot a time\n\n3000\n3500 note\n", 3600, 3600) == [100.5, 3000.0, 3500.0]
+    assert restarts_in_window("0\n100\n3601\n3700.0004\n", 3700, 3600) == [3601.0, 3700.0004]
+    assert restarts_in_window("", 10, 3600) == []
+
+
+def test_the_budget_allows_its_restarts_within_the_window_then_refuses_until_they_age_out(tmp_path):
+    now = [1000.0]
+    log = tmp_path / "state" / "restarts.log"
+    budget = RestartBudget(str(log), 2, 3600, clock=lambda: now[0])
+    assert budget.spend() == (True, 1)
+    now[0] = 2000.0
+    assert budget.spend() == (True, 2)
+    now[0] = 4000.0
+    assert budget.spend() == (False, 2)
+    assert log.read_text() == "1000.000\n2000.000\n", "a refused restart is not recorded"
+    now[0] = 4601.0  # the first restart is more than an hour old
+    assert budget.spend() == (True, 2)
+    assert log.read_text() == "2000.000\n4601.000\n", "only the restarts within the window are kept"
+
+
+def test_watch_restarts_a_wedged_head_within_its_budget_then_stops_it(tmp_path, systemctl_calls):
+    budget = RestartBudget(str(tmp_path / "restarts.log"), 1, 3600)
+    reasons, messages = [], []
+    for _run in range(2):
+        clock = FakeClock()
+        answers = iter([GOOD, TIMED_OUT, TIMED_OUT])
+        reasons.append(watch("u.service", {"x": 1}, 15, 2, True, clock=clock, sleep=clock.sleep, units=lambda: ACTIVE,
+                             look=functools.partial(next, answers), log=messages.append, budget=budget))
+    assert systemctl_calls == [["systemctl", "restart", "--no-block", "u.service"],
+                               ["systemctl", "stop", "--no-block", "u.service"]]
+    assert reasons[0] == ("the cluster stopped serving (/v1/completions: timed out); restarting rank unit u.service, "
+                          "automatic restart 1 of 1 within 3600 s")
+    assert reasons[1].startswith("the cluster stopped serving (/v1/completions: timed out) and the watchdog's restart "
+                                 "budget is spent (1 automatic restarts in the last 3600 s); stopping rank unit u.service")
+    assert "stays stopped until site.yml or restart.yml starts it" in reasons[1]
+    assert messages[0] == ("watchdog of u.service: a checked completion every 15 s; once the engine has served, 2 failed "
+                           "looks in a row restart the unit, at most 1 times within 3600 s, then stop it")
+
+
+def test_watch_without_restarts_stops_the_head_as_before(systemctl_calls):
+    clock = FakeClock()
+    answers = iter([GOOD, TIMED_OUT])
+    reason = watch("u", {"x": 1}, 15, 1, True, clock=clock, sleep=clock.sleep, units=lambda: ACTIVE,
+                   look=lambda: next(answers), log=lambda m: None, budget=None)
+    assert "half-alive" in reason and systemctl_calls == [["systemctl", "stop", "--no-block", "u"]]
+
+
+@pytest.mark.parametrize("watchdog", ["watch", "follow"])
+def test_a_cluster_that_never_serves_is_stopped_after_the_bound_never_restarted_or_rejoined(
+        watchdog, tmp_path, systemctl_calls):
+    clock = FakeClock()
+    messages = []
+    common = {"clock": clock, "sleep": clock.sleep, "units": lambda: ACTIVE, "log": messages.append,
+              "serve_within": 60}
+    if watchdog == "watch":
+        reason = watch("u", {"x": 1}, 15, 2, True, look=lambda: TIMED_OUT,
+                       budget=RestartBudget(str(tmp_path / "r.log"), 2, 3600), **common)
+    else:
+        reason = follow("u", HEAD, 5, 2, True, connect=lambda: REFUSED, rejoin_argv=["systemd-run", "rejoin"], **common)
+    assert reason == ("the cluster did not serve within 60 s of this rank's start; stopping rank unit u so that no "
+                      "rank is left half-alive")
+    assert systemctl_calls == [["systemctl", "stop", "--no-block", "u"]]
+    assert clock.now == 60, "looked every 5 s until the bound"
+    assert not (tmp_path / "r.log").exists()
+
+
+def test_follow_starts_the_rejoin_before_it_stops_its_rank(systemctl_calls):
+    clock = FakeClock()
+    looks = iter([ACCEPTS, REFUSED, REFUSED])
+    reason = follow("u", HEAD, 5, 2, True, clock=clock, sleep=clock.sleep, units=lambda: ACTIVE,
+                    connect=lambda: next(looks), log=lambda m: None, rejoin_argv=["systemd-run", "--unit", "u-rejoin"])
+    assert "half-alive" in reason
+    assert systemctl_calls == [["systemd-run", "--unit", "u-rejoin"], ["systemctl", "stop", "--no-block", "u"]]
+
+
+MASTER = ("10.0.0.11", 29501)
+
+
+def _rejoin(units, master, api, wait=30):
+    clock = FakeClock()
+    states, masters, apis = iter(units), iter(master), iter(api)
+    messages = []
+
+    def connect(address):
+        return {"ready": next(masters if address == MASTER else apis), "detail": ""}
+    result = rejoin("u", MASTER, HEAD, wait, interval=2, clock=clock, sleep=clock.sleep, connect=connect,
+                    units=lambda: {"active": next(states)}, log=messages.append)
+    return result, clock.now, messages
+
+
+def test_rejoin_starts_the_rank_once_it_stopped_and_the_heads_rendezvous_port_is_back(systemctl_calls):
+    # Still running (the follower's stop is under way), then stopped; the old head's ports are
+    # closed, then its restart listens for the rendezvous before its API.
+    result, seconds, messages = _rejoin(["active", "deactivating", "inactive", "inactive", "failed"],
+                                        master=[False, True], api=[False])
+    assert result == "started" and seconds == 6
+    assert systemctl_calls == [["systemctl", "start", "--no-block", "u"]]
+    assert messages[-1] == "port 29501 of the head 10.0.0.11 accepts again: starting rank unit u to rejoin the head's start"
+
+
+def test_rejoin_leaves_a_serving_head_alone_and_a_rank_started_meanwhile(systemctl_calls):
+    # The rendezvous port accepts while the API answers: that cluster serves without this rank.
+    result, _seconds, messages = _rejoin(["inactive"] * 16, master=[True] * 16, api=[True] * 16)
+    assert result is None and systemctl_calls == []
+    assert messages[-1] == ("the head did not come back within 30 s; rank unit u stays stopped until site.yml or "
+                            "restart.yml starts it")
+    result, _seconds, messages = _rejoin(["inactive", "activating"], master=[False], api=[])
+    assert result == "running" and systemctl_calls == []
+    assert messages[-1] == "unit u was started meanwhile; the rejoin ends"
+
+
+def test_the_rejoin_runs_as_a_transient_unit_with_the_followers_addresses():
+    args = _engine_health._argument_parser().parse_args(
+        ["--unit", "dgxspark-engine.service", "--api-url", "http://10.0.0.11:8000", "--follow",
+         "--master", "10.0.0.11:29501", "--rejoin-wait", "420"])
+    argv = _engine_health.rejoin_argv(args, "/usr/local/libexec/dgxspark/engine_health.py")
+    assert argv[:4] == ["systemd-run", "--unit", "dgxspark-engine-rejoin", "--collect"]
+    assert "RuntimeMaxSec=480" in argv
+    assert argv[argv.index(sys.executable):] == [
+        sys.executable, "/usr/local/libexec/dgxspark/engine_health.py", "--unit", "dgxspark-engine.service", "--rejoin",
+        "--master", "10.0.0.11:29501", "--api-url", "http://10.0.0.11:8000", "--rejoin-wait", "420"]
+    # The command it runs is one the script accepts.
+    rejoined = _engine_health._argument_parser().parse_args(argv[argv.index(sys.executable) + 2:])
+    assert rejoined.rejoin and rejoined.master == "10.0.0.11:29501" and rejoined.rejoin_wait == 420
+
+
+def test_a_rank_that_dies_with_its_head_rejoins_and_one_stopped_while_the_head_answers_does_not(systemctl_calls):
+    # The third look comes after the unit stopped: the head's port, once more.
+    for looks, rejoined in (([ACCEPTS, REFUSED, REFUSED], True), ([ACCEPTS, ACCEPTS, REFUSED], True),
+                            ([ACCEPTS, ACCEPTS, ACCEPTS], False), ([REFUSED, REFUSED, REFUSED], False)):
+        systemctl_calls.clear()
+        clock = FakeClock()
+        answers, states = iter(looks), iter([ACTIVE, ACTIVE, FAILED])
+        assert follow("u", HEAD, 5, 3, True, clock=clock, sleep=clock.sleep, units=functools.partial(next, states),
+                      connect=functools.partial(next, answers), log=lambda m: None,
+                      rejoin_argv=["systemd-run", "rejoin"]) is None
+        assert systemctl_calls == ([["systemd-run", "rejoin"]] if rejoined else []), looks
