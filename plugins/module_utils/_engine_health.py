@@ -288,6 +288,12 @@ def _guard(unit, look, interval, failures, act, clock, sleep, units, log, serve_
         sleep(max(0.0, next_look - clock()))
 
 
+def _systemctl(verb, unit):
+    """Ask systemd to stop, restart or start O(unit), without waiting for the job: a
+    watchdog bound to the unit is itself stopped by it."""
+    subprocess.run(["systemctl", verb, "--no-block", unit], check=False)
+
+
 def _why(detail, serve_within):
     """What the watchdog saw: the failed look's detail, or the bound that passed."""
     if detail is None:
@@ -304,7 +310,7 @@ def stopper(unit, stop, log, serve_within=None, before_stop=None):
         if stop:
             if before_stop is not None and detail is not None:
                 before_stop()
-            subprocess.run(["systemctl", "stop", "--no-block", unit], check=False)
+            _systemctl("stop", unit)
         return reason
     return act
 
@@ -366,13 +372,13 @@ def restarter(unit, budget, stop, log, serve_within=None):
                       "rank unit %s so that no rank is left half-alive: it stays stopped until site.yml or restart.yml "
                       "starts it" % (_why(detail, None), used, budget.window, unit))
             log(reason)
-            subprocess.run(["systemctl", "stop", "--no-block", unit], check=False)
+            _systemctl("stop", unit)
             return reason
         reason = "%s; restarting rank unit %s, automatic restart %d of %d within %g s" % (
             _why(detail, None), unit, used, budget.restarts, budget.window)
         log(reason)
         if stop:
-            subprocess.run(["systemctl", "restart", "--no-block", unit], check=False)
+            _systemctl("restart", unit)
         return reason
     return act
 
@@ -452,7 +458,7 @@ def rejoin(unit, master, api, wait, interval=2.0, clock=time.monotonic, sleep=ti
         if stopped and connect(master)["ready"] and not connect(api)["ready"]:
             log("port %d of the head %s accepts again: starting rank unit %s to rejoin the head's start"
                 % (master[1], master[0], unit))
-            subprocess.run(["systemctl", "start", "--no-block", unit], check=False)
+            _systemctl("start", unit)
             return "started"
         sleep(max(0.0, look_began + interval - clock()))
     log("the head did not come back within %g s; rank unit %s stays stopped until site.yml or restart.yml starts it"
