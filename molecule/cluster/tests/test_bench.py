@@ -2,18 +2,29 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """playbooks/bench.yml on the serving simulated cluster: one full run of the
 simulated field profile, one run with a too-short timeout and a wrong
-expected answer, one against a port nothing serves."""
+expected answer, one against a port nothing serves; then playbooks/advise.yml
+weighing the full run against two traffic shapes sent to the cluster."""
 
 from __future__ import annotations
 
 import json
 import re
 import statistics
+import threading
 import time
 
 import pytest
 
-from helpers import API_KEY, completion, deployed_record, engine_head, flat, group_vars, run_playbook
+from helpers import (
+    API_KEY,
+    completion,
+    deployed_record,
+    engine_head,
+    flat,
+    group_vars,
+    run_playbook,
+    run_side_by_side,
+)
 
 
 def run_bench(report_dir, **extra):
@@ -187,3 +198,101 @@ def test_a_cluster_that_does_not_serve_fails_at_once(tmp_path):
     assert "Connection refused" in output and "Nothing was measured" in output
     assert "Wave " not in output and not list(tmp_path.iterdir())
     assert seconds < 30
+
+
+def traffic(streams, seconds, max_tokens=24):
+    """Keep O(streams) completions in flight for O(seconds), each stream sending its next
+    request as soon as the last is answered; (start, end, statuses) in epoch seconds. The
+    request is built once: a stream spends its time waiting on the engine, not on the client."""
+    import urllib.request
+
+    _head, url = engine_head()
+    body = json.dumps({"model": group_vars()["engine_service_served_model_name"], "prompt": "Traffic for the advice",
+                       "max_tokens": max_tokens, "min_tokens": max_tokens, "ignore_eos": True}).encode()
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY}
+    deadline = time.monotonic() + seconds
+    statuses = []
+
+    def stream():
+        while time.monotonic() < deadline:
+            request = urllib.request.Request(url + "/v1/completions", data=body, headers=headers)
+            with urllib.request.urlopen(request, timeout=60) as response:
+                response.read()
+                statuses.append(response.status)
+
+    started = time.time()
+    threads = [threading.Thread(target=stream) for _stream in range(streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return started, time.time(), statuses
+
+
+def test_advise_weighs_the_layouts_by_the_recorded_traffic_and_its_advice_changes_with_it(bench, tmp_path):
+    """advise.yml reads what Prometheus recorded while one stream, then four, were in flight,
+    and weighs two layout curves by it: the lane as the bench run above measured it, and a
+    fleet derived from it that decodes a lone stream at 0.6 of the lane's rate and four
+    streams at 1.6 of it (switching layouts to measure the fleet would cost two coordinated
+    starts, and on two shared cores its real curve promises no crossing to test against).
+    One stream in flight keeps the lane; four switch to the fleet; the default minimum
+    history (a day) decides nothing and says why."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    lane = bench["raw"]
+    (reports / (lane["meta"]["name"] + ".json")).write_text(json.dumps(lane))
+    fleet = json.loads(json.dumps(lane))
+    fleet["meta"].update(layout="tp2x2", name=lane["meta"]["date"][:-3] + "59Z-tp2x2")
+    for wave in fleet["summary"]["waves"]:
+        factor = {1: 0.6, 2: 1.0}.get(wave["concurrency"], 1.6)
+        wave.update(decode_p50=wave["decode_p50"] * factor, aggregate_tps=wave["aggregate_tps"] * factor)
+    (reports / (fleet["meta"]["name"] + ".json")).write_text(json.dumps(fleet))
+
+    shapes = {"one": traffic(1, 12), "four": traffic(4, 12)}
+    assert all(status == 200 for _start, _end, statuses in shapes.values() for status in statuses)
+    # Prometheus scrapes every 2 s: the end of the second shape is recorded after two scrapes.
+    time.sleep(5)
+
+    def advise_run(shape, dest, **extra):
+        start, end, _statuses = shapes[shape]
+        # A sample holds the last scrape, up to 2 s old: the window starts 3 s into the
+        # shape, so that none holds the shape before, and ends a second before its end.
+        extra_vars = dict(advise_report_dir=str(reports), advise_dest=str(tmp_path / dest), advise_end=end - 1,
+                          advise_window="%ds" % int(end - start - 4), **extra)
+        return ("advise.yml", (), extra_vars)
+
+    runs = run_side_by_side({
+        "one": advise_run("one", "one", advise_min_history="6s", advise_min_requests=3),
+        "four": advise_run("four", "four", advise_min_history="6s", advise_min_requests=3),
+        "undecided": advise_run("four", "undecided"),
+    })
+    advice = {}
+    for name, result in runs.items():
+        assert result.returncode == 0, (name, flat(result.stdout + result.stderr)[-3000:])
+        written = list((tmp_path / name).glob("*-advice.json"))
+        assert len(written) == 1, written
+        advice[name] = json.loads(written[0].read_text())
+
+    one, four, undecided = advice["one"], advice["four"], advice["undecided"]
+    assert one["traffic"]["in_flight"] == {"1": 1.0}, one["traffic"]
+    assert four["traffic"]["p95_in_flight"] >= 3, four["traffic"]
+    for shape, statuses in ((one, shapes["one"][2]), (four, shapes["four"][2])):
+        # The window leaves out the shape's ends: most of its requests, never more than were sent.
+        assert 3 <= shape["traffic"]["requests"] <= len(statuses) + 1, (shape["traffic"], len(statuses))
+        # Each request decodes 24 tokens; Prometheus's increase() extrapolates a short window's
+        # counters to its ends, which moves the mean a little.
+        assert shape["traffic"]["output_tokens_mean"] == pytest.approx(24, rel=0.25), shape["traffic"]
+        assert set(shape["layouts"]) == {"tp4x1", "tp2x2"}
+    assert one["decided"] and one["recommendation"] == "tp4x1" and not one["switch"] and one["command"] is None
+    lane_one, fleet_one = one["layouts"]["tp4x1"], one["layouts"]["tp2x2"]
+    assert lane_one["decode_tps_per_stream"] > fleet_one["decode_tps_per_stream"]
+    assert four["decided"] and four["recommendation"] == "tp2x2" and four["switch"]
+    assert four["settings"] == {"engine_service_tensor_parallel_size": 2, "engine_service_replicas": 2}
+    assert "engine_service_replicas: 2" in four["command"] and "playbooks/site.yml" in four["command"]
+    assert four["layouts"]["tp2x2"]["mean_request_s"] < four["layouts"]["tp4x1"]["mean_request_s"]
+    assert not undecided["decided"] and undecided["recommendation"] is None
+    assert any("history is too short" in reason and "1.0 d" in reason for reason in undecided["undecided"])
+    assert undecided["layouts"] == four["layouts"]
+    output = flat(runs["four"].stdout)
+    assert "**Switch to tp2x2** (now tp4x1)" in output, output[-3000:]
+    assert "**Keep tp4x1**" in flat(runs["one"].stdout)
