@@ -166,3 +166,25 @@ ansible_ssh_private_key_file: $dir/id_ed25519
 ansible_ssh_common_args: -o UserKnownHostsFile=$dir/known_hosts -o StrictHostKeyChecking=yes
 VARS
 }
+
+# Passes Molecule's output through unchanged and appends one line per action
+# it runs ("converge 242") to the file $1: Molecule says "<scenario> ➜ <action>:
+# Executing" when an action starts and "...: Executed: ..." when it ends, each
+# word maybe coloured. tools/test prints the file in its summary, so the suite's
+# budget shows where its longest part goes.
+dgxspark_molecule_action_times() {
+  local line plain action started=$SECONDS
+  # Only the log lines (INFO): the recap at the end repeats "Executed" without it.
+  local begins='^INFO +[^ ]+ ➜ ([a-z_]+): Executing$' ends='^INFO +[^ ]+ ➜ ([a-z_]+): Executed'
+  shopt -s extglob
+  while IFS= read -r line || [ -n "$line" ]; do
+    printf '%s\n' "$line"
+    plain=${line//$'\e'\[*([0-9;])m/}
+    if [[ $plain =~ $begins ]]; then
+      started=$SECONDS
+    elif [[ $plain =~ $ends ]]; then
+      action=${BASH_REMATCH[1]}
+      printf '%s %d\n' "$action" $((SECONDS - started)) >> "$1"
+    fi
+  done
+}
