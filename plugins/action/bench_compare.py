@@ -11,6 +11,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._bench_compare import (
     BenchCompareError,
+    controller_path,
     pick_reports,
     report_paths,
     write_comparison,
@@ -22,12 +23,6 @@ ARGUMENT_SPEC = {
     "dest": {"type": "path"},
     "force": {"type": "bool", "default": False},
 }
-
-
-def _on_controller(path):
-    """An absolute path on the controller: a relative one is taken from the
-    directory ansible-playbook runs in (this process's)."""
-    return os.path.realpath(os.path.expanduser(path))
 
 
 class ActionModule(ActionBase):
@@ -47,14 +42,14 @@ class ActionModule(ActionBase):
         if validated.error_messages:
             return dict(result, failed=True, msg="bench_compare: %s" % "; ".join(validated.error_messages))
         args = validated.validated_parameters
-        report_dir = _on_controller(args["report_dir"])
+        report_dir = controller_path(args["report_dir"])
         try:
             if args["reports"] in (None, "", []):
                 names = os.listdir(report_dir) if os.path.isdir(report_dir) else []
                 reports = pick_reports(report_dir, names)
             else:
-                reports = [_on_controller(path) for path in report_paths(args["reports"])]
-            written = write_comparison(*reports, dest=_on_controller(args["dest"]) if args["dest"] else None,
+                reports = [controller_path(path) for path in report_paths(args["reports"])]
+            written = write_comparison(*reports, dest=controller_path(args["dest"]) if args["dest"] else None,
                                        force=args["force"], check_mode=self._task.check_mode)
         except BenchCompareError as exc:
             return dict(result, failed=True, msg=str(exc))

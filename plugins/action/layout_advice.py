@@ -9,6 +9,7 @@ import os
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._bench_compare import controller_path
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils._layout_advice import AdviceError, write_advice
 
 ARGUMENT_SPEC = {
@@ -19,12 +20,6 @@ ARGUMENT_SPEC = {
     "min_requests": {"type": "int", "default": 100},
     "dest": {"type": "path", "required": True},
 }
-
-
-def _on_controller(path):
-    """An absolute path on the controller: a relative one is taken from the
-    directory ansible-playbook runs in (this process's)."""
-    return os.path.realpath(os.path.expanduser(path))
 
 
 class ActionModule(ActionBase):
@@ -44,11 +39,11 @@ class ActionModule(ActionBase):
         if validated.error_messages:
             return dict(result, failed=True, msg="layout_advice: %s" % "; ".join(validated.error_messages))
         args = validated.validated_parameters
-        report_dir = _on_controller(args["report_dir"])
+        report_dir = controller_path(args["report_dir"])
         names = os.listdir(report_dir) if os.path.isdir(report_dir) else []
         try:
             written = write_advice(args["history"], report_dir, names, args["current_layout"], args["min_history"],
-                                   args["min_requests"], _on_controller(args["dest"]), check_mode=self._task.check_mode)
+                                   args["min_requests"], controller_path(args["dest"]), check_mode=self._task.check_mode)
         except AdviceError as exc:
             return dict(result, failed=True, msg=str(exc))
         result.update(written)

@@ -146,12 +146,30 @@ def comparison_png(first, second):
     return line_plot(series, "A %s VS B %s" % (first["meta"]["layout"], second["meta"]["layout"]), "CONCURRENCY", "TOK/S")
 
 
+def controller_path(path):
+    """An absolute path on the controller: a relative one is taken from the directory
+    ansible-playbook runs in (this process's). The report actions resolve their paths so."""
+    return os.path.realpath(os.path.expanduser(path))
+
+
 def _differs(path, data):
     try:
         with open(path, "rb") as handle:
             return handle.read() != data
     except FileNotFoundError:
         return True
+
+
+def write_report_files(dest, contents, check_mode=False):
+    """Write each file of O(contents) ({path under dest: bytes}) whose content differs,
+    atomically, mode 0644, creating O(dest); in check mode nothing. True when a file
+    changed (or would). A report written again with the same data changes nothing."""
+    pending = {path: data for path, data in contents.items() if _differs(path, data)}
+    if pending and not check_mode:
+        os.makedirs(dest, exist_ok=True)
+        for path, data in pending.items():
+            write_atomically(path, data, 0o644)
+    return bool(pending)
 
 
 def write_comparison(first_path, second_path, dest=None, force=False, check_mode=False,
@@ -170,10 +188,5 @@ def write_comparison(first_path, second_path, dest=None, force=False, check_mode
                 paths["json"]: (json.dumps(dict(compared, reports=[first_path, second_path]), indent=1,
                                            sort_keys=True) + "\n").encode(),
                 paths["png"]: comparison_png(first, second)}
-    pending = {path: data for path, data in contents.items() if _differs(path, data)}
-    if pending and not check_mode:
-        os.makedirs(dest, exist_ok=True)
-        for path, data in pending.items():
-            write_atomically(path, data, 0o644)
-    return {"paths": paths, "changed": bool(pending),
+    return {"paths": paths, "changed": write_report_files(dest, contents, check_mode),
             "comparison": compared, "markdown": text}

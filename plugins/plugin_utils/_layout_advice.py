@@ -24,8 +24,11 @@ import re
 from datetime import UTC, datetime
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils._bench import BenchError, markdown_table
-from ansible_collections.dgxspark.cluster.plugins.module_utils._file_set import write_atomically
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils._bench_compare import REPORT_NAME, load_report
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils._bench_compare import (
+    REPORT_NAME,
+    load_report,
+    write_report_files,
+)
 
 LAYOUT = re.compile(r"^tp(?P<tensor_parallel>[1-9]\d*)x(?P<replicas>[1-9]\d*)$")
 DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[smhdw]?)\s*$")
@@ -408,17 +411,5 @@ def write_advice(history, report_dir, names, current, min_history, min_requests,
     prefix = os.path.join(dest, report_name(window["end_epoch"]))
     paths = {"markdown": prefix + ".md", "json": prefix + ".json"}
     contents = {paths["markdown"]: files[".md"], paths["json"]: files[".json"]}
-    pending = {}
-    for path, data in contents.items():
-        try:
-            with open(path, "rb") as handle:
-                if handle.read() == data:
-                    continue
-        except FileNotFoundError:
-            pass
-        pending[path] = data
-    if pending and not check_mode:
-        os.makedirs(dest, exist_ok=True)
-        for path, data in pending.items():
-            write_atomically(path, data, 0o644)
-    return {"advice": advice, "markdown": files[".md"].decode(), "paths": paths, "changed": bool(pending)}
+    return {"advice": advice, "markdown": files[".md"].decode(), "paths": paths,
+            "changed": write_report_files(dest, contents, check_mode)}
